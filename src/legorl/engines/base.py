@@ -1,0 +1,85 @@
+"""The engine interface shared by the gateway (generation) and the trainer (weight sync).
+
+An engine is token-in / token-out: it never sees text. Every backend (embedded transformers,
+vLLM, SGLang) implements :class:`Engine`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, Mapping, Protocol, runtime_checkable
+
+import math
+
+from legorl.errors import InvalidRequestError
+
+FinishReason = Literal["stop", "length", "cancelled", "error"]
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to sample one continuation. Validated on construction."""
+
+    max_tokens: int = 256
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0  # 0 = off
+    stop_token_ids: tuple[int, ...] = ()
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.max_tokens, int) or self.max_tokens < 1:
+            raise InvalidRequestError(f"max_tokens must be a positive integer, got {self.max_tokens!r}")
+        if not (isinstance(self.temperature, (int, float)) and math.isfinite(self.temperature)) or self.temperature < 0:
+            raise InvalidRequestError(f"temperature must be a finite number >= 0, got {self.temperature!r}")
+        if not (isinstance(self.top_p, (int, float)) and 0 < self.top_p <= 1):
+            raise InvalidRequestError(f"top_p must be in (0, 1], got {self.top_p!r}")
+        if not isinstance(self.top_k, int) or self.top_k < 0:
+            raise InvalidRequestError(f"top_k must be an integer >= 0 (0 = off), got {self.top_k!r}")
+        if self.seed is not None and not isinstance(self.seed, int):
+            raise InvalidRequestError(f"seed must be an integer, got {self.seed!r}")
+        object.__setattr__(self, "stop_token_ids", tuple(int(t) for t in self.stop_token_ids))
+
+
+@dataclass
+class GenerationResult:
+    """One sampled continuation. ``logprobs[i]`` is the log-probability of ``token_ids[i]`` under
+    the distribution it was actually sampled from (after temperature / top-k / top-p)."""
+
+    token_ids: list[int]
+    logprobs: list[float]
+    finish_reason: FinishReason
+    weight_version: int
+    prompt_tokens: int
+    cached_prompt_tokens: int = 0  # prompt tokens served from the prefix KV cache
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class EngineHealth:
+    ok: bool
+    model: str
+    weight_version: int
+    active_requests: int
+    detail: str = ""
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """What the gateway and the trainer need from an inference engine."""
+
+    model_name: str
+    max_context: int
+
+    @property
+    def weight_version(self) -> int: ...
+
+    async def generate(self, prompt_token_ids: list[int], sampling: SamplingParams) -> GenerationResult:
+        """Sample one continuation. Cancelling the awaiting task cancels the generation."""
+
+    async def update_weights(self, state_dict: Mapping[str, object], version: int | None = None) -> int:
+        """Load new weights between generations; returns the new weight version."""
+
+    def health(self) -> EngineHealth: ...
+
+    async def close(self) -> None: ...

@@ -1,0 +1,74 @@
+"""The sandbox interface: a place where a harness or a grader runs commands on one repo copy.
+
+Backends (bubblewrap now; podman/docker later) implement :class:`SandboxBackend` and
+:class:`Sandbox`. Inside every sandbox the repository is at ``/workspace`` and there is no network;
+the gateway, when attached, is reachable as ``http://127.0.0.1:<port>`` through a bind-mounted Unix
+socket and a forwarder.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping, Protocol, runtime_checkable
+
+WORKSPACE = "/workspace"
+
+
+@dataclass
+class ExecResult:
+    exit_code: int
+    stdout: str
+    stderr: str
+    duration_s: float
+    timed_out: bool = False
+    truncated: bool = False
+    killed_by_signal: int | None = None
+
+
+@dataclass(frozen=True)
+class SandboxSpec:
+    """What to build a sandbox from.
+
+    source_dir: a directory holding the repository (copied, never modified).
+    gateway_socket: a Unix socket of the gateway to expose inside as 127.0.0.1:gateway_port.
+    """
+
+    source_dir: Path
+    gateway_socket: Path | None = None
+    gateway_port: int = 8000
+    memory_mb: int = 2048
+    max_pids: int = 256
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Sandbox(Protocol):
+    name: str
+    workdir: Path  # host path of the writable repository copy
+
+    def exec(
+        self,
+        cmd: list[str] | str,
+        timeout: float = 60.0,
+        env: Mapping[str, str] | None = None,
+        cwd: str = WORKSPACE,
+        max_output_bytes: int = 200_000,
+        stdin: str | None = None,
+    ) -> ExecResult: ...
+
+    def read_file(self, path: str) -> str: ...
+
+    def write_file(self, path: str, content: str) -> None: ...
+
+    def diff(self) -> str:
+        """Unified diff of the workspace against the repo state it was created from."""
+
+    def destroy(self) -> None: ...
+
+
+@runtime_checkable
+class SandboxBackend(Protocol):
+    name: str
+
+    def create(self, spec: SandboxSpec) -> Sandbox: ...

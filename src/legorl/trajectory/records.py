@@ -1,0 +1,118 @@
+"""Records that cross module boundaries and hit disk (schema-versioned).
+
+Turn    — one call the harness made to the gateway, with the exact token ids the policy saw and sampled.
+Sample  — one training sequence (a thread segment): token ids, loss mask, rollout logprobs.
+Rollout — one task attempted by one harness: turns, samples, reward, grader report, status.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, model_validator
+
+SCHEMA_VERSION = 1
+
+AlignmentKind = Literal["start", "extend", "realign", "fork"]
+RolloutStatus = Literal["ok", "env_failure", "harness_error", "timeout"]
+
+
+class AlignmentEvent(BaseModel):
+    """How one request was matched against the tokens its thread already held."""
+
+    turn_index: int
+    kind: AlignmentKind
+    reason: str = ""
+    segment_index: int = 0
+
+
+class Turn(BaseModel):
+    schema_version: int = SCHEMA_VERSION
+    session_id: str
+    thread_id: str
+    turn_index: int  # order within the session
+    dialect: str  # e.g. "openai.chat"
+    prompt_token_ids: list[int]
+    output_token_ids: list[int]
+    output_logprobs: list[float]
+    sampling: dict[str, Any]
+    weight_version: int
+    finish_reason: str
+    alignment: AlignmentEvent
+    # prompt_token_ids[:reused_prefix_len] are tokens the thread already held (verbatim reuse).
+    reused_prefix_len: int = 0
+    cached_prompt_tokens: int = 0
+    started_at: float = Field(default_factory=time.time)
+    timings: dict[str, float] = Field(default_factory=dict)
+    request: dict[str, Any] = Field(default_factory=dict)
+    response: dict[str, Any] = Field(default_factory=dict)
+    failed: bool = False
+    error: str | None = None
+
+    @model_validator(mode="after")
+    def _lengths_agree(self) -> "Turn":
+        if len(self.output_token_ids) != len(self.output_logprobs):
+            raise ValueError("output_token_ids and output_logprobs differ in length")
+        return self
+
+
+class Sample(BaseModel):
+    """A training sequence. loss_mask[i] == 1 exactly on tokens the policy sampled."""
+
+    schema_version: int = SCHEMA_VERSION
+    rollout_id: str
+    thread_id: str
+    segment_index: int
+    token_ids: list[int]
+    loss_mask: list[int]
+    rollout_logprobs: list[float]  # 0.0 where loss_mask == 0
+    turn_indices: list[int] = Field(default_factory=list)
+    alignment_events: list[AlignmentEvent] = Field(default_factory=list)
+    reward: float | None = None
+    advantage: float | None = None
+
+    @model_validator(mode="after")
+    def _lengths_agree(self) -> "Sample":
+        n = len(self.token_ids)
+        if len(self.loss_mask) != n or len(self.rollout_logprobs) != n:
+            raise ValueError("token_ids, loss_mask and rollout_logprobs must have equal lengths")
+        return self
+
+    @property
+    def num_sampled(self) -> int:
+        return sum(self.loss_mask)
+
+
+class GraderReport(BaseModel):
+    resolved: bool
+    reward: float
+    tests: dict[str, str] = Field(default_factory=dict)  # test id -> passed|failed|error|skipped|missing
+    runner_exit_code: int | None = None
+    log_tail: str = ""
+    flags: list[str] = Field(default_factory=list)
+    status: RolloutStatus = "ok"
+    cause: str | None = None
+    duration_s: float = 0.0
+
+
+class Rollout(BaseModel):
+    schema_version: int = SCHEMA_VERSION
+    rollout_id: str
+    task_id: str
+    harness: str
+    sandbox: str
+    group_index: int = 0
+    step: int = 0
+    status: RolloutStatus = "ok"
+    cause: str | None = None
+    reward: float = 0.0
+    diff: str = ""
+    harness_exit_code: int | None = None
+    harness_log_tail: str = ""
+    grader: GraderReport | None = None
+    flags: list[str] = Field(default_factory=list)
+    turns: list[Turn] = Field(default_factory=list)
+    samples: list[Sample] = Field(default_factory=list)
+    started_at: float = Field(default_factory=time.time)
+    duration_s: float = 0.0
