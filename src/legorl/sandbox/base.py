@@ -24,6 +24,7 @@ class ExecResult:
     timed_out: bool = False
     truncated: bool = False
     killed_by_signal: int | None = None
+    cause: str = ""  # why it ended abnormally: "timeout after 5.0s", "pids limit (256) reached", ...
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,11 @@ class SandboxSpec:
 
     source_dir: a directory holding the repository (copied, never modified).
     gateway_socket: a Unix socket of the gateway to expose inside as 127.0.0.1:gateway_port.
+    base_commit: when ``source_dir`` is a git repository, the commit to start from (else its files).
+    setup_commands: run in the repository before the base commit is recorded (instance layer).
+    env_recipe: a :class:`legorl.sandbox.images.EnvRecipe` (requirements, setup) or None (stdlib).
+    image: container backends only: run this image instead of the cached base image.
+    The history of the sandbox's repository is always cut to one commit (see sandbox/images.py).
     """
 
     source_dir: Path
@@ -40,6 +46,10 @@ class SandboxSpec:
     memory_mb: int = 2048
     max_pids: int = 256
     env: Mapping[str, str] = field(default_factory=dict)
+    base_commit: str = ""
+    setup_commands: tuple[str, ...] = ()
+    env_recipe: object | None = None
+    image: str | None = None
 
 
 @runtime_checkable

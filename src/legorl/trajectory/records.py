@@ -99,6 +99,7 @@ class GraderReport(BaseModel):
 class Rollout(BaseModel):
     schema_version: int = SCHEMA_VERSION
     rollout_id: str
+    session_id: str = ""  # the gateway session; its Turns live in the run store under this id
     task_id: str
     harness: str
     sandbox: str

@@ -1,0 +1,246 @@
+"""Serve a :class:`Gateway` with uvicorn on 127.0.0.1:<port> and a Unix socket at the same time.
+
+Sandboxes have no network; they reach the gateway through the Unix socket (bind-mounted into the
+sandbox, with a TCP->Unix forwarder inside). Loopback only: the TCP listener never binds to
+anything but 127.0.0.1.
+
+Inside a running event loop::
+
+    async with GatewayServer(gw, port=0, uds="/run/x/gw.sock") as srv:
+        srv.base_url      # "http://127.0.0.1:<port>/v1"
+        srv.uds_path      # the socket path
+
+Blocking (CLI): ``GatewayServer(gw, port=8000).run()`` or :func:`serve_forever`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+import stat
+from pathlib import Path
+from typing import Any, Callable
+
+import uvicorn
+
+from legorl.gateway.app import Gateway
+
+log = logging.getLogger(__name__)
+
+LOOPBACK = "127.0.0.1"
+
+
+class _EmbeddedServer(uvicorn.Server):
+    """uvicorn.Server that leaves the host program's signal handlers alone."""
+
+    def __init__(self, config: uvicorn.Config, *, capture: bool):
+        super().__init__(config)
+        self._capture = capture
+
+    @contextlib.contextmanager
+    def capture_signals(self):  # type: ignore[override]
+        if self._capture:
+            with super().capture_signals():
+                yield
+        else:
+            yield
+
+
+class GatewayServer:
+    def __init__(
+        self,
+        gateway: Gateway,
+        *,
+        port: int | None = 0,
+        uds: str | os.PathLike[str] | None = None,
+        log_level: str = "warning",
+        print_fn: Callable[[str], Any] | None = None,
+    ):
+        if port is None and uds is None:
+            raise ValueError("need a TCP port (0 = any free one) and/or a Unix socket path")
+        self.gateway = gateway
+        self.requested_port = port
+        self.uds_path: Path | None = Path(uds) if uds is not None else None
+        self.log_level = log_level
+        self.print_fn = print_fn or (lambda msg: print(msg, flush=True))
+        self.port: int | None = None
+        self._server: _EmbeddedServer | None = None
+        self._task: asyncio.Task | None = None
+        self._sockets: list[socket.socket] = []
+
+    # -- addresses ---------------------------------------------------------------------------
+    @property
+    def base_url(self) -> str:
+        """OpenAI-style base URL (with /v1) on loopback TCP."""
+        if self.port is None:
+            raise RuntimeError("server has no TCP listener (not started, or UDS only)")
+        return f"http://{LOOPBACK}:{self.port}/v1"
+
+    @property
+    def uds(self) -> str | None:
+        """The Unix socket path as a string (what sandboxes bind-mount)."""
+        return str(self.uds_path) if self.uds_path is not None else None
+
+    @property
+    def root_url(self) -> str:
+        """Base URL without /v1 (Anthropic-style clients: ANTHROPIC_BASE_URL)."""
+        return self.base_url[: -len("/v1")]
+
+    # -- sockets -----------------------------------------------------------------------------
+    def _bind(self) -> list[socket.socket]:
+        socks: list[socket.socket] = []
+        try:
+            if self.requested_port is not None:
+                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                s.bind((LOOPBACK, int(self.requested_port)))
+                s.listen(2048)
+                s.setblocking(False)
+                self.port = s.getsockname()[1]
+                socks.append(s)
+            if self.uds_path is not None:
+                p = self.uds_path
+                p.parent.mkdir(parents=True, exist_ok=True)
+                if p.exists() or p.is_symlink():
+                    if not stat.S_ISSOCK(p.lstat().st_mode):
+                        raise FileExistsError(f"{p} exists and is not a socket")
+                    p.unlink()
+                u = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                u.bind(str(p))
+                os.chmod(p, 0o666)  # sandboxes run under other uids
+                u.listen(2048)
+                u.setblocking(False)
+                socks.append(u)
+        except BaseException:
+            for s in socks:
+                s.close()
+            raise
+        return socks
+
+    def _config(self) -> uvicorn.Config:
+        return uvicorn.Config(
+            self.gateway.app,
+            log_level=self.log_level,
+            lifespan="off",
+            access_log=False,
+            timeout_graceful_shutdown=5,
+            timeout_keep_alive=30,
+        )
+
+    # -- async context manager ---------------------------------------------------------------
+    async def start(self) -> "GatewayServer":
+        if self._task is not None:
+            raise RuntimeError("already started")
+        self._sockets = self._bind()
+        self._server = _EmbeddedServer(self._config(), capture=False)
+        self._task = asyncio.create_task(self._server.serve(sockets=self._sockets), name="legorl-gateway")
+        while not self._server.started:
+            if self._task.done():
+                self._task.result()  # raise the startup error
+                raise RuntimeError("gateway server exited during startup")
+            await asyncio.sleep(0.01)
+        return self
+
+    async def stop(self) -> None:
+        if self._server is None or self._task is None:
+            return
+        self._server.should_exit = True
+        try:
+            await self._task
+        finally:
+            self._task = None
+            for s in self._sockets:
+                s.close()
+            self._sockets = []
+            if self.uds_path is not None:
+                with contextlib.suppress(FileNotFoundError):
+                    self.uds_path.unlink()
+
+    async def __aenter__(self) -> "GatewayServer":
+        return await self.start()
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.stop()
+
+    # -- blocking ----------------------------------------------------------------------------
+    def run(self) -> None:
+        """Serve until SIGINT/SIGTERM (blocking; for the CLI); then closes the engine and returns."""
+
+        async def main() -> None:
+            self._sockets = self._bind()
+            self._server = _EmbeddedServer(self._config(), capture=False)
+            server = self._server
+            loop = asyncio.get_running_loop()
+
+            def _stop() -> None:
+                if server.should_exit:
+                    server.force_exit = True
+                server.should_exit = True
+
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(sig, _stop)
+            try:
+                if self.port is not None:
+                    self.print_fn(f"  base URL: http://{LOOPBACK}:{self.port}/v1")
+                if self.uds_path is not None:
+                    self.print_fn(f"  unix socket: {self.uds_path}")
+                await self._server.serve(sockets=self._sockets)
+            finally:
+                for s in self._sockets:
+                    s.close()
+                if self.uds_path is not None:
+                    with contextlib.suppress(FileNotFoundError):
+                        self.uds_path.unlink()
+                await self.gateway.engine.close()
+
+        asyncio.run(main())
+
+
+def build_gateway(
+    engine: str = "embedded",
+    model: str = "smollm2-135m",
+    *,
+    run_dir: str | os.PathLike[str] | None = None,
+    default_max_tokens: int = 1024,
+) -> Gateway:
+    """Engine + renderer + sessions + store for ``model`` (only ``engine="embedded"`` for now)."""
+    from legorl.errors import ConfigError
+    from legorl.gateway.renderer import ChatTemplateRenderer
+    from legorl.gateway.sessions import SessionRegistry
+    from legorl.trajectory.store import RunStore
+
+    if engine != "embedded":
+        raise ConfigError(f"engine {engine!r} is not available yet (have: embedded)")
+    from legorl.engines.embedded import EmbeddedEngine
+    from legorl.models.registry import load_tokenizer, resolve_model
+
+    eng = EmbeddedEngine.from_pretrained(model)
+    tok = getattr(eng, "tokenizer", None) or load_tokenizer(resolve_model(model))
+    renderer = ChatTemplateRenderer(tok)
+    store = RunStore(run_dir) if run_dir is not None else None
+    return Gateway(eng, renderer, SessionRegistry(), store, model, default_max_tokens=default_max_tokens)
+
+
+def serve_forever(
+    engine: str = "embedded",
+    model: str = "smollm2-135m",
+    *,
+    port: int | None = 8000,
+    uds: str | os.PathLike[str] | None = None,
+    run_dir: str | os.PathLike[str] | None = None,
+    token: str | None = None,
+    rollout_id: str = "cli",
+    log_level: str = "info",
+    print_fn: Callable[[str], Any] | None = None,
+) -> None:
+    """For ``legorl gateway --engine embedded --model smollm2-135m --port 8000``: build the gateway,
+    open one session (``token`` or a random one, printed) and serve until interrupted."""
+    gw = build_gateway(engine, model, run_dir=run_dir)
+    tok = gw.open_session(rollout_id, token=token)
+    srv = GatewayServer(gw, port=port, uds=uds, log_level=log_level, print_fn=print_fn)
+    srv.print_fn(f"LEGO-RL gateway: model={gw.model_name} session={gw.session(tok).session_id} api key={tok}")
+    srv.run()

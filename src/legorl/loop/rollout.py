@@ -1,0 +1,87 @@
+"""One rollout: task → sandbox → harness (pointed at the gateway) → diff → grader → Rollout record.
+
+A bad rollout is data, not a crash: every failure ends up as a status with its cause.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from dataclasses import dataclass
+
+from legorl.errors import GradingError, SandboxError
+from legorl.gateway.app import Gateway
+from legorl.grading.grader import grade
+from legorl.harnesses.base import Budget, Harness
+from legorl.sandbox.base import SandboxBackend, SandboxSpec
+from legorl.tasks.model import Task
+from legorl.trajectory.builder import build_samples
+from legorl.trajectory.records import GraderReport, Rollout
+
+GATEWAY_PORT_IN_SANDBOX = 8000
+
+
+@dataclass
+class RolloutContext:
+    gateway: Gateway
+    gateway_socket: str  # Unix socket the sandboxes bind-mount
+    backend: SandboxBackend
+    harness: Harness
+    budget: Budget
+    grade_timeout_s: float = 120.0
+
+
+async def run_rollout(ctx: RolloutContext, task: Task, step: int = 0, group_index: int = 0) -> Rollout:
+    rollout_id = f"r-{uuid.uuid4().hex[:12]}"
+    token = ctx.gateway.open_session(rollout_id)
+    session_id = ctx.gateway.sessions.session_id(token)
+    rollout = Rollout(rollout_id=rollout_id, session_id=session_id, task_id=task.instance_id,
+                      harness=ctx.harness.name, sandbox=ctx.backend.name, step=step, group_index=group_index)
+    t0 = time.perf_counter()
+    try:
+        await _run_in_sandbox(ctx, task, token, rollout)
+    finally:
+        turns = ctx.gateway.session_turns(token)
+        ctx.gateway.close_session(token)
+        rollout.samples = build_samples(turns, rollout_id)
+        rollout.duration_s = time.perf_counter() - t0
+    return rollout
+
+
+async def _run_in_sandbox(ctx: RolloutContext, task: Task, token: str, rollout: Rollout) -> None:
+    spec = SandboxSpec(source_dir=task.source_dir, gateway_socket=ctx.gateway_socket,
+                       gateway_port=GATEWAY_PORT_IN_SANDBOX)
+    try:
+        sandbox = await asyncio.to_thread(ctx.backend.create, spec)
+    except SandboxError as exc:
+        rollout.status, rollout.cause = "env_failure", f"sandbox create: {exc}"
+        return
+    try:
+        base_url = f"http://127.0.0.1:{GATEWAY_PORT_IN_SANDBOX}/v1"
+        result = await asyncio.to_thread(ctx.harness.run, task, sandbox, base_url, token, ctx.budget)
+        rollout.harness_exit_code = result.exit_code
+        rollout.harness_log_tail = (result.log_tail or result.transcript)[-2000:]
+        rollout.diff = await asyncio.to_thread(sandbox.diff)
+    except SandboxError as exc:
+        rollout.status, rollout.cause = "env_failure", f"sandbox crashed during the harness: {exc}"
+        return
+    finally:
+        await asyncio.to_thread(sandbox.destroy)
+
+    if result.ending == "crashed":
+        rollout.status, rollout.cause = "harness_error", f"harness exit code {result.exit_code}"
+        return
+    try:
+        report = await asyncio.to_thread(grade, task, rollout.diff, ctx.backend, ctx.grade_timeout_s)
+    except (GradingError, SandboxError) as exc:
+        report = GraderReport(resolved=False, reward=0.0, status="env_failure", cause=f"grader: {exc}")
+    rollout.grader = report
+    rollout.flags = list(report.flags)
+    if report.status != "ok":
+        rollout.status, rollout.cause = report.status, report.cause
+        return
+    rollout.reward = report.reward
+    rollout.status = "timeout" if result.ending == "timeout" else "ok"
+    if result.ending == "timeout":
+        rollout.cause = f"harness ran past {ctx.budget.wall_clock_s:.0f}s"

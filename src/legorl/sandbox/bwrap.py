@@ -1,0 +1,634 @@
+"""Bubblewrap sandbox backend (DESIGN.md §6).
+
+Each sandbox is a private copy of the cached *instance layer* built from ``spec.source_dir`` (see
+:mod:`legorl.sandbox.images`: the repository with its history cut to one base commit) under ``root``
+(default ``$LEGORL_HOME/sandboxes``, ``LEGORL_HOME`` defaulting to ``~/.cache/legorl``). The copy is
+``cp -a --reflink=auto``: copy-on-write clones on filesystems that support them (btrfs, xfs), a full
+copy elsewhere (ext4). Hardlinks are deliberately not used: the sandbox runs as root, so a hardlinked
+file written in place would corrupt the cache. An env layer (``spec.env_recipe``) is bind-mounted
+read-only at ``/run/legorl/env`` with ``PYTHONPATH``/``PATH`` set. Every ``exec`` starts a fresh
+``bwrap`` that:
+
+* rebuilds ``/`` from read-only binds of the host's top-level entries (the same view as
+  ``--ro-bind / /``, but on bwrap's own tmpfs root so that ``/workspace`` and ``/run/legorl`` can be
+  created even though they do not exist on the host);
+* unshares every namespace (``--unshare-all``): no network except an unconnected ``lo``, own PIDs,
+  own IPC/UTS; ``--die-with-parent`` and ``--new-session``;
+* mounts fresh ``/dev``, ``/proc``, ``/tmp`` and ``/run`` (so host sockets under ``/run`` are hidden);
+* hides the sandboxes root, ``$LEGORL_HOME`` and the built-in task suites (gold patches) under empty
+  tmpfs mounts *before* binding the workdir at ``/workspace``, so one sandbox cannot read another's
+  files, the caches, or the answers;
+* clears the environment except ``PATH``/``LANG`` (+ ``spec.env`` + the caller's ``env``), ``HOME=/tmp``;
+* drops every capability (``--cap-drop ALL``) when run by root: bwrap keeps root's capabilities by
+  default, and with ``CAP_SYS_ADMIN`` a sandboxed process could simply ``umount`` the masks above.
+
+Limits: the wall-clock ``timeout`` kills the whole process group (the outer bwrap; the sandbox's
+PID namespace dies with it); stdout and stderr are each capped at ``max_output_bytes`` (the rest is
+drained and dropped). Memory and process counts: rlimits applied with ``prlimit`` (``RLIMIT_DATA`` =
+``spec.memory_mb``, not ``RLIMIT_AS`` which breaks runtimes such as Node or the JVM; ``RLIMIT_NPROC``
+= ``spec.max_pids``, which real root ignores) and, when the cgroup filesystem is writable (root on
+cgroup v1 or a delegated v2 subtree), a per-sandbox cgroup with ``pids.max`` = ``spec.max_pids`` and
+a memory limit of ``spec.memory_mb`` (no swap), nested under this process's own cgroup. Each exec
+joins it before bwrap starts (a ``sh`` shim writes its pid to ``cgroup.procs``), so the limits hold
+for root too; ``ExecResult.cause`` then says when the pids or memory limit was hit. Disk quotas and
+CPU shares come later.
+
+Gateway: when ``spec.gateway_socket`` is set, the socket is bind-mounted at
+``/run/legorl/gateway.sock`` and each command is wrapped by :mod:`legorl.sandbox.forwarder`, which
+listens on ``127.0.0.1:<spec.gateway_port>`` inside the sandbox and forwards to the socket.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shlex
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import IO, Mapping
+
+from legorl.errors import SandboxError
+from legorl.sandbox.base import WORKSPACE, ExecResult, SandboxSpec
+from legorl.sandbox.images import (
+    EnvRecipe, ImageCache, InstanceRecipe, Layer, bwrap_base_recipe, default_cache, spec_recipes,
+)
+
+GATEWAY_SOCKET_INSIDE = "/run/legorl/gateway.sock"
+ENV_INSIDE = "/run/legorl/env"
+FORWARDER_PATH = Path(__file__).resolve().with_name("forwarder.py")
+BUILTIN_SUITES_DIR = Path(__file__).resolve().parent.parent / "tasks" / "suites"
+
+# Fixed identity, no hooks, no system/global config: git never runs anything of the repo's choosing.
+GIT_CONFIG = [
+    "-c", "core.hooksPath=/dev/null",
+    "-c", "user.name=legorl",
+    "-c", "user.email=legorl@localhost",
+    "-c", "commit.gpgsign=false",
+    "-c", "core.fsmonitor=false",
+    "-c", "safe.directory=*",
+    "-c", "core.autocrlf=false",
+    "-c", "init.defaultBranch=main",
+]
+_GIT_ENV = {
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_CONFIG_GLOBAL": "/dev/null",
+    "GIT_TERMINAL_PROMPT": "0",
+    "GIT_AUTHOR_DATE": "2000-01-01T00:00:00Z",
+    "GIT_COMMITTER_DATE": "2000-01-01T00:00:00Z",
+}
+_COPY_IGNORE = shutil.ignore_patterns("__pycache__", ".pytest_cache", "*.pyc")
+_DIFF_LIMIT = 64 * 1024 * 1024
+
+
+def legorl_home() -> Path:
+    return Path(os.environ.get("LEGORL_HOME") or Path.home() / ".cache" / "legorl").expanduser()
+
+
+def _is_under(path: Path, parent: Path) -> bool:
+    try:
+        path.relative_to(parent)
+        return True
+    except ValueError:
+        return False
+
+
+def _host_git(args: list[str], cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(cwd), **_GIT_ENV}
+    try:
+        return subprocess.run(
+            ["git", *GIT_CONFIG, *args], cwd=cwd, env=env, capture_output=True, text=True,
+            timeout=timeout, check=True,
+        )
+    except FileNotFoundError:
+        raise SandboxError("git is not installed on the host (apt-get install -y git)") from None
+    except subprocess.CalledProcessError as exc:
+        raise SandboxError(f"git {' '.join(args)} failed in {cwd}: {exc.stderr.strip()}") from None
+
+
+def _drain(stream: IO[bytes], cap: int, out: list, flags: dict, key: str) -> None:
+    size = 0
+    try:
+        while True:
+            chunk = stream.read(65536)
+            if not chunk:
+                break
+            if size < cap:
+                keep = chunk[: cap - size]
+                out.append(keep)
+                size += len(keep)
+                if len(keep) < len(chunk):
+                    flags[key] = True
+            else:
+                flags[key] = True
+    except (OSError, ValueError):
+        pass
+    finally:
+        try:
+            stream.close()
+        except OSError:
+            pass
+
+
+def _feed(stream: IO[bytes], data: bytes) -> None:
+    try:
+        stream.write(data)
+    except (BrokenPipeError, OSError, ValueError):
+        pass
+    finally:
+        try:
+            stream.close()
+        except OSError:
+            pass
+
+
+def copy_workspace(layer_dir: Path, dest: Path) -> None:
+    """Copy-on-write view of an instance layer: ``cp -a --reflink=auto`` (a clone where the filesystem
+    supports it, a plain copy otherwise)."""
+    try:
+        subprocess.run(["cp", "-a", "--reflink=auto", "--", str(layer_dir), str(dest)], check=True,
+                       capture_output=True, text=True, timeout=1800)
+    except FileNotFoundError:
+        shutil.copytree(layer_dir, dest, symlinks=True)
+    except subprocess.CalledProcessError as exc:
+        shutil.rmtree(dest, ignore_errors=True)
+        raise SandboxError(f"cannot copy image layer {layer_dir} into a sandbox: {exc.stderr.strip()}") from None
+
+
+_CGROUP_SHIM = 'for f in "$@"; do [ "$f" = -- ] && break; echo $$ > "$f" || exit 125; shift; done; shift; exec "$@"'
+
+
+class SandboxCgroup:
+    """A per-sandbox cgroup (v1 ``pids`` + ``memory`` controllers, or v2) under our own cgroup."""
+
+    def __init__(self, dirs: dict[str, Path], max_pids: int, memory_bytes: int):
+        self.dirs = dirs
+        self.max_pids = max_pids
+        self.memory_bytes = memory_bytes
+
+    @classmethod
+    def create(cls, name: str, max_pids: int, memory_mb: int) -> "SandboxCgroup | None":
+        if os.geteuid() != 0 or os.environ.get("LEGORL_NO_CGROUPS"):
+            return None
+        try:
+            own = {}
+            for line in Path("/proc/self/cgroup").read_text().splitlines():
+                _, ctrls, path = line.split(":", 2)
+                for c in ctrls.split(","):
+                    own[c] = path
+        except OSError:
+            return None
+        memory_bytes = memory_mb * 1024 * 1024
+        dirs: dict[str, Path] = {}
+        try:
+            if Path("/sys/fs/cgroup/pids/cgroup.procs").exists():  # v1
+                for ctrl in ("pids", "memory"):
+                    if ctrl not in own:
+                        continue
+                    d = Path("/sys/fs/cgroup", ctrl) / own[ctrl].lstrip("/") / "legorl" / name
+                    d.mkdir(parents=True, exist_ok=True)
+                    dirs[ctrl] = d
+                if "pids" in dirs:
+                    (dirs["pids"] / "pids.max").write_text(str(max_pids))
+                if "memory" in dirs:
+                    (dirs["memory"] / "memory.limit_in_bytes").write_text(str(memory_bytes))
+                    with contextlib.suppress(OSError):
+                        (dirs["memory"] / "memory.memsw.limit_in_bytes").write_text(str(memory_bytes))
+            elif "" in own and Path("/sys/fs/cgroup/cgroup.controllers").exists():  # v2 (delegated)
+                parent = Path("/sys/fs/cgroup") / own[""].lstrip("/") / "legorl"
+                parent.mkdir(exist_ok=True)
+                with contextlib.suppress(OSError):
+                    (parent / "cgroup.subtree_control").write_text("+pids +memory")
+                d = parent / name
+                d.mkdir(exist_ok=True)
+                dirs["v2"] = d
+                (d / "pids.max").write_text(str(max_pids))
+                (d / "memory.max").write_text(str(memory_bytes))
+                with contextlib.suppress(OSError):
+                    (d / "memory.swap.max").write_text("0")
+        except OSError:
+            cg = cls(dirs, max_pids, memory_bytes)
+            cg.remove()
+            return None
+        return cls(dirs, max_pids, memory_bytes) if dirs else None
+
+    @property
+    def procs_files(self) -> list[str]:
+        return [str(d / "cgroup.procs") for d in self.dirs.values()]
+
+    def counters(self) -> tuple[int, int]:
+        """(times the pids limit refused a fork, OOM kills)."""
+        pids_hits = ooms = 0
+        for key, d in self.dirs.items():
+            for fname, field in (("pids.events", "max"), ("memory.oom_control", "oom_kill"),
+                                 ("memory.events", "oom_kill")):
+                with contextlib.suppress(OSError, ValueError):
+                    for line in (d / fname).read_text().splitlines():
+                        k, _, v = line.partition(" ")
+                        if k == field:
+                            if fname == "pids.events":
+                                pids_hits += int(v)
+                            else:
+                                ooms += int(v)
+        return pids_hits, ooms
+
+    def kill_all(self) -> None:
+        for d in self.dirs.values():
+            with contextlib.suppress(OSError, ValueError):
+                for pid in (d / "cgroup.procs").read_text().split():
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.kill(int(pid), signal.SIGKILL)
+
+    def remove(self) -> None:
+        for d in self.dirs.values():
+            for _ in range(50):
+                try:
+                    d.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    self.kill_all()
+                    time.sleep(0.02)
+
+
+class BwrapSandbox:
+    """One repository copy; every :meth:`exec` runs in a fresh bubblewrap container over it."""
+
+    def __init__(self, backend: "BwrapBackend", spec: SandboxSpec, sandbox_dir: Path, base_commit: str,
+                 env_layer: Layer | None = None, cgroup: SandboxCgroup | None = None):
+        self.backend = backend
+        self.spec = spec
+        self.name = sandbox_dir.name
+        self.sandbox_dir = sandbox_dir
+        self.workdir = sandbox_dir / "workspace"
+        self.base_commit = base_commit
+        self.env_layer = env_layer  # leased while the sandbox lives
+        self.cgroup = cgroup
+        self._destroyed = False
+
+    # -- command line ---------------------------------------------------------------------------
+    def bwrap_argv(self, cwd: str, env: Mapping[str, str]) -> list[str]:
+        argv = [self.backend.bwrap, "--unshare-all", "--die-with-parent", "--new-session"]
+        if os.geteuid() == 0:
+            argv += ["--cap-drop", "ALL"]  # root keeps every capability in bwrap otherwise
+        for entry in sorted(os.listdir("/")):
+            if entry in ("proc", "dev", "tmp", "run", "workspace", "lost+found"):
+                continue
+            host = Path("/") / entry
+            if host.is_symlink():
+                argv += ["--symlink", os.readlink(host), str(host)]
+            elif host.exists():
+                argv += ["--ro-bind", str(host), str(host)]
+        argv += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--tmpfs", "/run"]
+        for hidden in self.backend.hidden_paths():
+            argv += ["--tmpfs", str(hidden)]
+        argv += ["--bind", str(self.workdir), WORKSPACE]
+        if self.spec.gateway_socket is not None:
+            argv += ["--dir", "/run/legorl", "--bind", str(self.spec.gateway_socket), GATEWAY_SOCKET_INSIDE]
+        if self.env_layer is not None:
+            argv += ["--ro-bind", str(self.env_layer.path), ENV_INSIDE]
+        argv += ["--chdir", cwd, "--clearenv"]
+        for key, value in env.items():
+            argv += ["--setenv", key, value]
+        return argv
+
+    def _env(self, extra: Mapping[str, str] | None) -> dict[str, str]:
+        env = {"PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"), "HOME": "/tmp"}
+        env["LANG"] = os.environ.get("LANG", "C.UTF-8")
+        if self.env_layer is not None:
+            env["PATH"] = f"{ENV_INSIDE}/bin:{env['PATH']}"
+            env["PYTHONPATH"] = f"{ENV_INSIDE}/site-packages"
+        env.update(self.spec.env)
+        env.update(extra or {})
+        return env
+
+    def _limits_prefix(self) -> list[str]:
+        prefix: list[str] = []
+        if self.cgroup is not None:
+            prefix = ["/bin/sh", "-c", _CGROUP_SHIM, "sh", *self.cgroup.procs_files, "--"]
+        if not self.backend.prlimit:
+            return prefix
+        data = self.spec.memory_mb * 1024 * 1024
+        return prefix + [self.backend.prlimit, f"--data={data}:{data}",
+                         f"--nproc={self.spec.max_pids}:{self.spec.max_pids}", "--core=0:0", "--"]
+
+    # -- Sandbox protocol ------------------------------------------------------------------------
+    def exec(
+        self,
+        cmd: list[str] | str,
+        timeout: float = 60.0,
+        env: Mapping[str, str] | None = None,
+        cwd: str = WORKSPACE,
+        max_output_bytes: int = 200_000,
+        stdin: str | None = None,
+    ) -> ExecResult:
+        if self._destroyed:
+            raise SandboxError(f"sandbox {self.name} was destroyed")
+        argv_inner = ["bash", "-c", cmd] if isinstance(cmd, str) else list(cmd)
+        if not argv_inner:
+            raise SandboxError("empty command")
+        if not cwd.startswith("/"):
+            cwd = f"{WORKSPACE}/{cwd}"
+        if self.spec.gateway_socket is not None:
+            argv_inner = [self.backend.python, "-I", "-S", str(FORWARDER_PATH),
+                          "--socket", GATEWAY_SOCKET_INSIDE, "--port", str(self.spec.gateway_port),
+                          "--", *argv_inner]
+        argv = self._limits_prefix() + self.bwrap_argv(cwd, self._env(env)) + ["--", *argv_inner]
+
+        before = self.cgroup.counters() if self.cgroup is not None else (0, 0)
+        start = time.monotonic()
+        try:
+            proc = subprocess.Popen(
+                argv, stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+            )
+        except OSError as exc:
+            raise SandboxError(f"cannot start bwrap: {exc}") from None
+        out: list[bytes] = []
+        err: list[bytes] = []
+        flags: dict[str, bool] = {}
+        threads = [
+            threading.Thread(target=_drain, args=(proc.stdout, max_output_bytes, out, flags, "out"), daemon=True),
+            threading.Thread(target=_drain, args=(proc.stderr, max_output_bytes, err, flags, "err"), daemon=True),
+        ]
+        if stdin is not None:
+            threads.append(threading.Thread(target=_feed, args=(proc.stdin, stdin.encode()), daemon=True))
+        for t in threads:
+            t.start()
+        timed_out = False
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            self._kill(proc)
+        except BaseException:
+            self._kill(proc)
+            raise
+        for t in threads:
+            t.join(timeout=5)
+        duration = time.monotonic() - start
+        rc = proc.returncode
+        killed = None
+        if rc < 0:
+            killed = -rc
+            rc = 128 + killed
+        elif 128 < rc <= 128 + 64:
+            killed = rc - 128  # bwrap reports a signalled child as 128+signal, like a shell
+        stderr = b"".join(err).decode("utf-8", "replace")
+        if rc == 1 and stderr.startswith("bwrap:") and not timed_out:
+            raise SandboxError(f"bwrap failed to set up sandbox {self.name}: {stderr.strip()}")
+        if rc == 125 and self.cgroup is not None and "cgroup.procs" in stderr and not timed_out:
+            raise SandboxError(f"cannot place sandbox {self.name} in its cgroup: {stderr.strip()[-500:]}")
+        causes = []
+        if timed_out:
+            causes.append(f"timeout after {timeout:.1f}s")
+        if self.cgroup is not None:
+            after = self.cgroup.counters()
+            if after[0] > before[0]:
+                causes.append(f"pids limit ({self.spec.max_pids}) reached")
+            if after[1] > before[1]:
+                causes.append(f"memory limit ({self.spec.memory_mb} MiB): OOM-killed")
+        if "MemoryError" in stderr[-4000:] and not any("memory" in c for c in causes):
+            causes.append(f"memory limit ({self.spec.memory_mb} MiB data rlimit): MemoryError")
+        if killed and not timed_out:
+            try:
+                causes.append(f"killed by signal {killed} ({signal.Signals(killed).name})")
+            except ValueError:
+                causes.append(f"killed by signal {killed}")
+        return ExecResult(
+            exit_code=rc,
+            stdout=b"".join(out).decode("utf-8", "replace"),
+            stderr=stderr,
+            duration_s=duration,
+            timed_out=timed_out,
+            truncated=bool(flags),
+            killed_by_signal=killed,
+            cause="; ".join(causes),
+        )
+
+    @staticmethod
+    def _kill(proc: subprocess.Popen) -> None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:  # pragma: no cover - the kernel did not reap in time
+            pass
+
+    def _host_path(self, path: str) -> Path:
+        if self._destroyed:
+            raise SandboxError(f"sandbox {self.name} was destroyed")
+        rel = path
+        if rel == WORKSPACE or rel.startswith(WORKSPACE + "/"):
+            rel = rel[len(WORKSPACE):]
+        elif rel.startswith("/"):
+            raise SandboxError(f"path {path!r} is outside {WORKSPACE}")
+        rel = rel.lstrip("/")
+        if not rel:
+            raise SandboxError(f"path {path!r} names the workspace itself, not a file")
+        root = self.workdir.resolve()
+        target = (root / rel).resolve()
+        if not _is_under(target, root) or target == root:
+            raise SandboxError(f"path {path!r} escapes {WORKSPACE}")
+        return target
+
+    def read_file(self, path: str) -> str:
+        target = self._host_path(path)
+        try:
+            return target.read_text(encoding="utf-8", errors="replace")
+        except FileNotFoundError:
+            raise FileNotFoundError(f"{path}: no such file in sandbox {self.name}") from None
+
+    def write_file(self, path: str, content: str) -> None:
+        target = self._host_path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if not _is_under(target.parent.resolve(), self.workdir.resolve()):  # a parent became a link
+            raise SandboxError(f"path {path!r} escapes {WORKSPACE}")
+        target.write_text(content, encoding="utf-8")
+
+    def diff(self) -> str:
+        """``git add -A`` + ``git diff --cached --binary <base>``, run *inside* the sandbox so git
+        never reads an agent-controlled ``.git/config`` on the host."""
+        git = ["git", *GIT_CONFIG]
+        script = (
+            f"{shlex.join(git)} add -A >/dev/null && "
+            f"{shlex.join(git)} diff --cached --binary --no-ext-diff --no-textconv --no-color "
+            f"{self.base_commit} --"
+        )
+        res = self.exec(script, timeout=300, env=_GIT_ENV, max_output_bytes=_DIFF_LIMIT)
+        if res.timed_out or res.exit_code != 0:
+            raise SandboxError(f"git diff failed in sandbox {self.name} (exit {res.exit_code}): "
+                               f"{res.stderr.strip()[-2000:]}")
+        if res.truncated:
+            raise SandboxError(f"diff of sandbox {self.name} exceeds {_DIFF_LIMIT} bytes")
+        return res.stdout
+
+    def destroy(self) -> None:
+        self._destroyed = True
+        if self.cgroup is not None:
+            self.cgroup.remove()
+            self.cgroup = None
+        if self.env_layer is not None and self.env_layer.lease is not None:
+            self.env_layer.lease.release()
+        if self.sandbox_dir.exists():
+            shutil.rmtree(self.sandbox_dir, onerror=_force_remove)
+
+    def __enter__(self) -> "BwrapSandbox":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.destroy()
+
+    def __repr__(self) -> str:
+        return f"BwrapSandbox({self.name!r}, workdir={str(self.workdir)!r})"
+
+
+def _force_remove(func, path, exc_info) -> None:  # noqa: ANN001 - shutil.rmtree callback
+    try:
+        parent = os.path.dirname(path)
+        os.chmod(parent, os.stat(parent).st_mode | stat.S_IWUSR | stat.S_IXUSR | stat.S_IRUSR)
+        if os.path.isdir(path) and not os.path.islink(path):
+            os.chmod(path, stat.S_IRWXU)
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            os.unlink(path)
+    except OSError:
+        pass
+
+
+class BwrapBackend:
+    """Creates :class:`BwrapSandbox` es under ``root``.
+
+    ``hide``: extra host paths covered by an empty tmpfs inside every sandbox (in addition to the
+    sandboxes root, ``$LEGORL_HOME`` and the built-in task suites).
+    ``python``: interpreter used inside for the gateway forwarder (default: this process's).
+    ``cache``: the :class:`~legorl.sandbox.images.ImageCache` (default: ``$LEGORL_HOME/images``).
+    ``cgroups``: per-sandbox pids/memory cgroups when possible (root); ``False`` uses rlimits only.
+    """
+
+    name = "bwrap"
+
+    def __init__(self, root: Path | None = None, hide: list[Path] | tuple[Path, ...] = (),
+                 python: str | None = None, cache: ImageCache | None = None, cgroups: bool = True):
+        self.root = Path(root) if root is not None else legorl_home() / "sandboxes"
+        self.hide = [Path(p) for p in hide]
+        self.python = python or sys.executable
+        self.prlimit = shutil.which("prlimit")
+        self._bwrap: str | None = None
+        self._cache = cache
+        self.cgroups = cgroups
+
+    @property
+    def cache(self) -> ImageCache:
+        if self._cache is None:
+            self._cache = default_cache()
+        return self._cache
+
+    @property
+    def bwrap(self) -> str:
+        if self._bwrap is None:
+            found = shutil.which("bwrap")
+            if not found:
+                raise SandboxError(
+                    "bubblewrap (bwrap) is not installed; install it with "
+                    "`apt-get install -y bubblewrap` (Debian/Ubuntu) or `dnf install bubblewrap`"
+                )
+            self._bwrap = found
+        return self._bwrap
+
+    def hidden_paths(self) -> list[Path]:
+        """Host paths masked by tmpfs, outermost first, skipping ones already hidden or absent."""
+        candidates = [legorl_home(), self.root, BUILTIN_SUITES_DIR, *self.hide]
+        if self._cache is not None:
+            candidates.append(self._cache.root)
+        resolved: list[Path] = []
+        for c in candidates:
+            try:
+                p = c.resolve()
+            except OSError:
+                continue
+            if not p.is_dir() or p == Path("/"):
+                continue
+            if _is_under(p, Path("/tmp")) or _is_under(p, Path("/run")):
+                continue  # /tmp and /run are fresh tmpfs inside anyway
+            resolved.append(p)
+        resolved.sort(key=lambda p: len(p.parts))
+        out: list[Path] = []
+        for p in resolved:
+            if not any(_is_under(p, q) for q in out):
+                out.append(p)
+        return out
+
+    # -- images ---------------------------------------------------------------------------------
+    def _run_setup(self, repo: Path, cmd: str, env_layer: Layer | None) -> tuple[int, str]:
+        """Run an instance setup command inside a sandbox whose /workspace is ``repo``."""
+        holder = repo.parent / f"setup-{uuid.uuid4().hex[:6]}"
+        holder.mkdir()
+        try:
+            sb = BwrapSandbox(self, SandboxSpec(source_dir=repo), holder, "", env_layer=env_layer)
+            sb.workdir = repo
+            res = sb.exec(cmd, timeout=3600, max_output_bytes=1_000_000)
+            return res.exit_code, res.stdout + res.stderr
+        finally:
+            shutil.rmtree(holder, ignore_errors=True)
+
+    def prepare_layers(self, recipe: InstanceRecipe, env: EnvRecipe | None = None, lease: bool = False,
+                       env_lease: bool = False) -> Layer:
+        """Base → env → instance layers for ``recipe`` (built on a miss); returns the instance layer.
+        With ``env_lease`` the env layer is leased and attached as ``layer.meta['_env_layer']``."""
+        env = env or EnvRecipe()
+        base = self.cache.base(bwrap_base_recipe())
+        env_layer = self.cache.env(env, base, lease=env_lease)
+        mount = None if env.empty else env_layer
+        try:
+            inst = self.cache.instance(recipe, env_layer, lease=lease,
+                                       run_setup=lambda repo, cmd: self._run_setup(repo, cmd, mount))
+        except BaseException:
+            if env_layer.lease is not None:
+                env_layer.lease.release()
+            raise
+        inst.meta = {**inst.meta, "_env_layer": env_layer}
+        return inst
+
+    def create(self, spec: SandboxSpec) -> BwrapSandbox:
+        """A sandbox over a copy of the cached instance layer of ``spec`` (built on a cache miss)."""
+        self.bwrap  # noqa: B018 - fail early with install advice
+        source = Path(spec.source_dir)
+        if not source.is_dir():
+            raise SandboxError(f"sandbox source_dir {source} is not a directory")
+        if spec.gateway_socket is not None and not Path(spec.gateway_socket).exists():
+            raise SandboxError(f"gateway socket {spec.gateway_socket} does not exist")
+        self.root.mkdir(parents=True, exist_ok=True)
+        legorl_home().mkdir(parents=True, exist_ok=True)  # must exist on the host to be masked
+        inst_recipe, env_recipe = spec_recipes(spec)
+        inst = self.prepare_layers(inst_recipe, env_recipe, lease=True, env_lease=not env_recipe.empty)
+        env_layer: Layer | None = inst.meta["_env_layer"] if not env_recipe.empty else None
+        sandbox_dir = self.root / f"sb-{uuid.uuid4().hex[:12]}"
+        cgroup = None
+        try:
+            sandbox_dir.mkdir()
+            try:
+                copy_workspace(inst.path, sandbox_dir / "workspace")
+            finally:
+                inst.lease.release()
+            if self.cgroups:
+                cgroup = SandboxCgroup.create(sandbox_dir.name, spec.max_pids, spec.memory_mb)
+        except BaseException as exc:
+            shutil.rmtree(sandbox_dir, ignore_errors=True)
+            if env_layer is not None and env_layer.lease is not None:
+                env_layer.lease.release()
+            if isinstance(exc, SandboxError):
+                raise
+            if isinstance(exc, OSError):
+                raise SandboxError(f"cannot create a sandbox from {source}: {exc}") from exc
+            raise
+        return BwrapSandbox(self, spec, sandbox_dir, inst.meta["commit"], env_layer=env_layer, cgroup=cgroup)

@@ -1,0 +1,725 @@
+"""Environment image cache: base → env → instance layers, content-addressed, LRU-bounded (DESIGN.md §6).
+
+Layers
+------
+* **base**: the OS a sandbox runs on. For bwrap it is the host's root filesystem (the layer holds only
+  metadata: the recipe names the host OS release so that an OS upgrade changes the key); for podman it
+  is an image built from a debootstrap rootfs and ``podman import``-ed as ``legorl/base:<key>`` (the
+  layer records the image name; the rootfs itself lives in podman's storage).
+* **env**: what the task's environment needs on top of base: ``pip install --target
+  <layer>/site-packages <requirements>`` plus setup commands run in the layer directory. Empty for
+  stdlib tasks (the layer is then an empty directory). Sandboxes see it read-only at
+  ``/run/legorl/env`` with ``PYTHONPATH``/``PATH`` pointing into it.
+* **instance**: the task's repository at its base commit, as a fresh git repository whose history is
+  cut to exactly one commit (no remotes, tags, reflog, packed history or other objects: ``git log
+  --all`` shows only the base), after the instance's setup commands ran in it.
+
+Keys: ``sha256`` of the canonical JSON of the recipe *and the parent's key*, so a changed base
+rebuilds every env and instance above it. The instance key covers the repository content: the git
+tree id of ``base_commit`` when the source is a git repository and a commit is named, otherwise a
+hash of every file's path, mode and bytes (memoised per process on a stat fingerprint).
+
+On disk, under ``$LEGORL_HOME/images`` (or ``ImageCache(root=...)``)::
+
+    <kind>/<key>/meta.json      recipe, parent, size, build seconds; its mtime is the last use
+    <kind>/<key>/data/          the layer's content
+    locks/<kind>-<key>.lock     flock: one builder per layer; evictors take it non-blocking
+    leases/<kind>-<key>/<pid>-<id>   "in use" marks (a dead pid's lease does not count)
+    tmp/                        layers being built; renamed into place atomically when complete
+
+Concurrency: every process or thread that wants a layer takes its lock; the first builds into
+``tmp/`` and renames, the others wait on the lock and then find it built (one build). Eviction
+(``max_bytes``, default ``$LEGORL_IMAGE_CACHE_BYTES`` or 20 GiB) removes the least recently used
+layers that are not pinned, not leased and not locked, until the total fits.
+
+Trust: recipes (requirements, setup commands) are trusted like a Dockerfile. Env setup commands run
+on the host in the layer directory; instance setup commands run through the backend's runner
+(inside a sandbox for bwrap and podman) with the repository at ``/workspace``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, Mapping
+
+from legorl.errors import SandboxError
+
+KINDS = ("base", "env", "instance")
+DEFAULT_MAX_BYTES = 20 * 1024**3
+_SKIP_NAMES = {"__pycache__", ".pytest_cache", ".git"}
+_SKIP_SUFFIXES = (".pyc",)
+
+# Same fixed git identity as the sandboxes: no hooks, no global/system config, fixed dates.
+_GIT_CONFIG = [
+    "-c", "core.hooksPath=/dev/null", "-c", "user.name=legorl", "-c", "user.email=legorl@localhost",
+    "-c", "commit.gpgsign=false", "-c", "core.fsmonitor=false", "-c", "safe.directory=*",
+    "-c", "core.autocrlf=false", "-c", "init.defaultBranch=main", "-c", "gc.auto=0",
+]
+_GIT_ENV = {
+    "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_TERMINAL_PROMPT": "0",
+    "GIT_AUTHOR_DATE": "2000-01-01T00:00:00Z", "GIT_COMMITTER_DATE": "2000-01-01T00:00:00Z",
+}
+
+
+# ------------------------------------------------------------------------------------------- errors
+class ImageBuildError(SandboxError):
+    """A layer could not be built. ``step`` names what failed, ``output`` is its (tail of) output."""
+
+    def __init__(self, message: str, *, kind: str = "", key: str = "", step: str = "", output: str = ""):
+        self.message, self.kind, self.key, self.step, self.output = message, kind, key, step, output
+        detail = f"{kind} layer {key[:12]}: " if kind else ""
+        text = f"{detail}{message}" + (f" [step: {step}]" if step else "")
+        if output.strip():
+            text += "\n--- output (tail) ---\n" + output.strip()[-4000:]
+        super().__init__(text)
+
+
+class ImageDiskFullError(ImageBuildError):
+    """The disk filled up (ENOSPC) while building a layer; the partial layer was removed."""
+
+
+def _is_enospc(exc: BaseException | None) -> bool:
+    seen = 0
+    while exc is not None and seen < 10:
+        if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+            return True
+        if isinstance(exc, shutil.Error) and any("No space left" in str(a) for a in exc.args):
+            return True
+        if isinstance(exc, ImageDiskFullError) or "No space left on device" in str(exc):
+            return True
+        exc = exc.__cause__ or exc.__context__
+        seen += 1
+    return False
+
+
+def run_step(step: str, argv: list[str] | str, *, cwd: Path, env: Mapping[str, str] | None = None,
+             timeout: float = 3600, stdin: bytes | None = None) -> str:
+    """Run one build step; on failure raise :class:`ImageBuildError` naming the step with its output."""
+    shell = isinstance(argv, str)
+    try:
+        proc = subprocess.run(
+            argv if not shell else ["bash", "-c", argv], cwd=cwd, env=dict(env) if env is not None else None,
+            input=stdin, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout,
+        )
+    except subprocess.TimeoutExpired as exc:
+        out = (exc.stdout or b"").decode("utf-8", "replace")
+        raise ImageBuildError(f"timed out after {timeout:.0f}s", step=step, output=out) from exc
+    except OSError as exc:
+        raise ImageBuildError(f"cannot run: {exc}", step=step) from exc
+    out = proc.stdout.decode("utf-8", "replace")
+    if proc.returncode != 0:
+        cls = ImageDiskFullError if "No space left on device" in out else ImageBuildError
+        raise cls(f"exited with status {proc.returncode}", step=step, output=out)
+    return out
+
+
+def git(args: list[str], cwd: Path, step: str | None = None) -> str:
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(cwd), **_GIT_ENV}
+    return run_step(step or f"git {args[0]}", ["git", *_GIT_CONFIG, *args], cwd=cwd, env=env, timeout=600)
+
+
+# ------------------------------------------------------------------------------------------ recipes
+def recipe_key(kind: str, recipe: Mapping[str, Any], parent: str = "") -> str:
+    blob = json.dumps({"kind": kind, "parent": parent, "recipe": recipe}, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:24]
+
+
+def host_os_release() -> str:
+    try:
+        text = Path("/etc/os-release").read_text()
+    except OSError:
+        return "unknown"
+    fields = dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+    return f"{fields.get('ID', '?').strip(chr(34))}-{fields.get('VERSION_ID', '?').strip(chr(34))}"
+
+
+@dataclass(frozen=True)
+class BaseRecipe:
+    """``backend`` + OS recipe. For bwrap ``os`` is ``host:<id-version>``; for podman a debootstrap
+    suite/variant/packages/mirror (``image`` set instead means: use this existing image as is)."""
+
+    backend: str = "bwrap"
+    os: str = ""
+    variant: str = "minbase"
+    packages: tuple[str, ...] = ()
+    mirror: str = ""
+    image: str = ""
+
+    def key(self) -> str:
+        return recipe_key("base", asdict(self))
+
+
+def bwrap_base_recipe() -> BaseRecipe:
+    return BaseRecipe(backend="bwrap", os=f"host:{host_os_release()}", variant="", packages=())
+
+
+@dataclass(frozen=True)
+class EnvRecipe:
+    """python version + requirements (``pip install --target``) + setup commands (run in the layer)."""
+
+    python: str = f"{sys.version_info.major}.{sys.version_info.minor}"
+    requirements: tuple[str, ...] = ()
+    setup: tuple[str, ...] = ()
+    pip_args: tuple[str, ...] = ()  # e.g. ("--no-index", "--find-links", "/wheels")
+
+    @property
+    def empty(self) -> bool:
+        return not self.requirements and not self.setup
+
+    def key(self, base_key: str) -> str:
+        return recipe_key("env", asdict(self), base_key)
+
+
+@dataclass(frozen=True)
+class InstanceRecipe:
+    source_dir: Path
+    base_commit: str = ""
+    setup: tuple[str, ...] = ()
+
+    def content_id(self) -> str:
+        return source_content_id(Path(self.source_dir), self.base_commit)
+
+    def key(self, env_key: str) -> str:
+        return recipe_key("instance", {"content": self.content_id(), "base_commit": self.base_commit,
+                                       "setup": list(self.setup)}, env_key)
+
+
+def _walk_files(root: Path) -> Iterator[tuple[str, os.stat_result, Path]]:
+    stack = [root]
+    while stack:
+        d = stack.pop()
+        try:
+            entries = sorted(os.scandir(d), key=lambda e: e.name)
+        except OSError as exc:
+            raise SandboxError(f"cannot read {d}: {exc}") from exc
+        for e in entries:
+            if e.name in _SKIP_NAMES or e.name.endswith(_SKIP_SUFFIXES):
+                continue
+            st = e.stat(follow_symlinks=False)
+            p = Path(e.path)
+            if stat.S_ISDIR(st.st_mode):
+                stack.append(p)
+            yield p.relative_to(root).as_posix(), st, p
+
+
+_content_memo: dict[tuple[str, str], tuple[str, str]] = {}
+_memo_lock = threading.Lock()
+
+
+def source_content_id(source: Path, base_commit: str = "") -> str:
+    """A content id for the repository: the git tree of ``base_commit`` or a hash of the files."""
+    source = Path(source)
+    if not source.is_dir():
+        raise SandboxError(f"sandbox source_dir {source} is not a directory")
+    if base_commit and (source / ".git").exists():
+        tree = git(["rev-parse", f"{base_commit}^{{tree}}"], source, step=f"resolve base commit {base_commit}")
+        return "git-tree:" + tree.strip()
+    fp = hashlib.sha256()
+    items = list(_walk_files(source))
+    for rel, st, _ in items:
+        fp.update(f"{rel}\0{st.st_mode}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ino}\n".encode())
+    fingerprint = fp.hexdigest()
+    memo_key = (str(source.resolve()), base_commit)
+    with _memo_lock:
+        hit = _content_memo.get(memo_key)
+    if hit and hit[0] == fingerprint:
+        return hit[1]
+    h = hashlib.sha256()
+    for rel, st, p in items:
+        if stat.S_ISDIR(st.st_mode):
+            h.update(f"D {rel}\n".encode())
+        elif stat.S_ISLNK(st.st_mode):
+            h.update(f"L {rel} {os.readlink(p)}\n".encode())
+        elif stat.S_ISREG(st.st_mode):
+            h.update(f"F {rel} {1 if st.st_mode & 0o111 else 0} {st.st_size}\n".encode())
+            with open(p, "rb") as f:
+                for chunk in iter(lambda: f.read(1 << 20), b""):
+                    h.update(chunk)
+    cid = "files:" + h.hexdigest()
+    with _memo_lock:
+        _content_memo[memo_key] = (fingerprint, cid)
+    return cid
+
+
+def _copy_ignore(directory: str, names: list[str]) -> set[str]:
+    return {n for n in names if n in _SKIP_NAMES or n.endswith(_SKIP_SUFFIXES)}
+
+
+def copy_tree(src: Path, dest: Path) -> None:
+    """Copy the instance's source tree (without .git and caches). Indirection point for tests."""
+    shutil.copytree(src, dest, symlinks=True, ignore=_copy_ignore)
+
+
+def build_instance_tree(recipe: InstanceRecipe, dest: Path,
+                        run_setup: Callable[[Path, str], tuple[int, str]] | None = None) -> dict[str, Any]:
+    """Make ``dest`` the repository at its base commit, with history cut to one commit."""
+    source = Path(recipe.source_dir)
+    if recipe.base_commit and (source / ".git").exists():
+        dest.mkdir(parents=True)
+        archive = subprocess.run(
+            ["git", *_GIT_CONFIG, "archive", "--format=tar", recipe.base_commit], cwd=source,
+            env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(source), **_GIT_ENV},
+            capture_output=True, timeout=600,
+        )
+        if archive.returncode != 0:
+            raise ImageBuildError("git archive failed", step=f"export {recipe.base_commit}",
+                                  output=archive.stderr.decode("utf-8", "replace"))
+        run_step("unpack base commit", ["tar", "-x", "-C", str(dest)], cwd=dest, stdin=archive.stdout)
+    else:
+        try:
+            copy_tree(source, dest)
+        except (OSError, shutil.Error) as exc:
+            cls = ImageDiskFullError if _is_enospc(exc) else ImageBuildError
+            raise cls(f"cannot copy {source}: {exc}", step="copy source") from exc
+    for i, cmd in enumerate(recipe.setup):
+        if run_setup is None:
+            out = run_step(f"setup[{i}]: {cmd}", cmd, cwd=dest)
+        else:
+            rc, out = run_setup(dest, cmd)
+            if rc != 0:
+                raise ImageBuildError(f"exited with status {rc}", step=f"setup[{i}]: {cmd}", output=out)
+    git(["init", "-q"], dest)
+    git(["add", "-A"], dest)
+    git(["commit", "-q", "--allow-empty", "--no-verify", "-m", "legorl base"], dest, step="git commit base")
+    # History cut: one commit, no remotes/tags (fresh repo), no reflog, nothing unreachable.
+    shutil.rmtree(dest / ".git" / "logs", ignore_errors=True)
+    git(["gc", "-q", "--prune=now"], dest)
+    shutil.rmtree(dest / ".git" / "logs", ignore_errors=True)
+    for sample in (dest / ".git" / "hooks").glob("*"):
+        sample.unlink()
+    commit = git(["rev-parse", "HEAD"], dest).strip()
+    return {"commit": commit}
+
+
+def build_env_dir(recipe: EnvRecipe, dest: Path) -> dict[str, Any]:
+    dest.mkdir(parents=True)
+    if recipe.requirements:
+        py = sys.executable if recipe.python == f"{sys.version_info.major}.{sys.version_info.minor}" \
+            else shutil.which(f"python{recipe.python}")
+        if not py:
+            raise ImageBuildError(f"python {recipe.python} not found on the host", step="find python")
+        run_step("pip install", [py, "-m", "pip", "install", "--no-input", "--disable-pip-version-check",
+                                 "--target", str(dest / "site-packages"), *recipe.pip_args, *recipe.requirements],
+                 cwd=dest)
+    for i, cmd in enumerate(recipe.setup):
+        run_step(f"setup[{i}]: {cmd}", cmd, cwd=dest,
+                 env={**os.environ, "LEGORL_ENV_DIR": str(dest), "PYTHONPATH": str(dest / "site-packages")})
+    return {}
+
+
+# -------------------------------------------------------------------------------------------- cache
+@dataclass
+class Layer:
+    kind: str
+    key: str
+    root: Path  # <cache>/<kind>/<key>
+    meta: dict[str, Any]
+    lease: "Lease | None" = None
+
+    @property
+    def path(self) -> Path:
+        return self.root / "data"
+
+    @property
+    def size_bytes(self) -> int:
+        return int(self.meta.get("bytes", 0))
+
+
+@dataclass
+class CacheStats:
+    hits: int = 0
+    misses: int = 0
+    waited: int = 0  # hits that waited for a concurrent builder
+    builds: int = 0
+    build_failures: int = 0
+    build_seconds: float = 0.0
+    evictions: int = 0
+    evicted_bytes: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class Lease:
+    """Marks a layer in use (by this pid) until :meth:`release`; eviction skips leased layers."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def release(self) -> None:
+        with contextlib.suppress(OSError):
+            self.path.unlink()
+
+    def __enter__(self) -> "Lease":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+def dir_bytes(path: Path) -> int:
+    total = 0
+    for dirpath, dirnames, filenames in os.walk(path):
+        for name in filenames + dirnames:
+            with contextlib.suppress(OSError):
+                st = os.lstat(os.path.join(dirpath, name))
+                total += st.st_blocks * 512 if st.st_blocks else st.st_size
+    return total
+
+
+@contextlib.contextmanager
+def _flock(path: Path, blocking: bool = True) -> Iterator[bool]:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+        except BlockingIOError:
+            yield False
+            return
+        yield True
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def _rmtree(path: Path) -> None:
+    def onerror(func, p, exc_info):  # noqa: ANN001
+        with contextlib.suppress(OSError):
+            os.chmod(os.path.dirname(p), 0o700)
+            if os.path.isdir(p) and not os.path.islink(p):
+                os.chmod(p, 0o700)
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                os.unlink(p)
+    if path.exists() or path.is_symlink():
+        shutil.rmtree(path, onerror=onerror)
+
+
+class PrewarmHandle:
+    """Background pre-warm of many layers: ``wait()``, ``done()``, ``errors``, ``cancel()``."""
+
+    def __init__(self, futures: dict[str, Future], pool: ThreadPoolExecutor):
+        self.futures = futures
+        self._pool = pool
+
+    def done(self) -> bool:
+        return all(f.done() for f in self.futures.values())
+
+    def wait(self, timeout: float | None = None) -> dict[str, Layer | BaseException]:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        out: dict[str, Layer | BaseException] = {}
+        for name, fut in self.futures.items():
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                out[name] = fut.result(timeout=left)
+            except BaseException as exc:  # noqa: BLE001 - reported per task
+                if isinstance(exc, TimeoutError) and not fut.done():
+                    raise
+                out[name] = exc
+        self._pool.shutdown(wait=False)
+        return out
+
+    @property
+    def errors(self) -> dict[str, BaseException]:
+        return {n: f.exception() for n, f in self.futures.items() if f.done() and f.exception() is not None}
+
+    def cancel(self) -> None:
+        for f in self.futures.values():
+            f.cancel()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+class ImageCache:
+    """Content-addressed layer store with an LRU bound in bytes. Thread- and process-safe."""
+
+    def __init__(self, root: Path | None = None, max_bytes: int | None = None):
+        if root is None:
+            home = Path(os.environ.get("LEGORL_HOME") or Path.home() / ".cache" / "legorl").expanduser()
+            root = home / "images"
+        self.root = Path(root)
+        env_bound = os.environ.get("LEGORL_IMAGE_CACHE_BYTES")
+        self.max_bytes = int(max_bytes if max_bytes is not None else (env_bound or DEFAULT_MAX_BYTES))
+        self.stats = CacheStats()
+        self._stats_lock = threading.Lock()
+        for sub in (*KINDS, "locks", "leases", "tmp"):
+            (self.root / sub).mkdir(parents=True, exist_ok=True)
+
+    # -- generic --------------------------------------------------------------------------------
+    def _lock_path(self, kind: str, key: str) -> Path:
+        return self.root / "locks" / f"{kind}-{key}.lock"
+
+    def _lease_dir(self, kind: str, key: str) -> Path:
+        return self.root / "leases" / f"{kind}-{key}"
+
+    def _load(self, kind: str, key: str) -> Layer | None:
+        root = self.root / kind / key
+        try:
+            meta = json.loads((root / "meta.json").read_text())
+        except (OSError, ValueError):
+            return None
+        return Layer(kind, key, root, meta)
+
+    def _bump(self, **kw: float) -> None:
+        with self._stats_lock:
+            for k, v in kw.items():
+                setattr(self.stats, k, getattr(self.stats, k) + v)
+
+    def _new_lease(self, kind: str, key: str) -> Lease:
+        d = self._lease_dir(kind, key)
+        d.mkdir(parents=True, exist_ok=True)
+        p = d / f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        p.touch()
+        return Lease(p)
+
+    def leased(self, kind: str, key: str) -> bool:
+        d = self._lease_dir(kind, key)
+        try:
+            names = os.listdir(d)
+        except FileNotFoundError:
+            return False
+        live = False
+        for n in names:
+            try:
+                pid = int(n.split("-", 1)[0])
+            except ValueError:
+                continue
+            if _pid_alive(pid):
+                live = True
+            else:
+                with contextlib.suppress(OSError):
+                    (d / n).unlink()
+        return live
+
+    def get(self, kind: str, key: str) -> Layer | None:
+        return self._load(kind, key)
+
+    def get_or_build(self, kind: str, key: str, recipe: Mapping[str, Any], build: Callable[[Path], Mapping[str, Any] | None],
+                     *, parent: str = "", lease: bool = False) -> Layer:
+        """Return the layer ``kind/key``, building it with ``build(data_dir)`` if absent.
+
+        ``build`` must create ``data_dir`` and may return extra metadata. Exactly one builder runs
+        per key (file lock); a failed build leaves nothing behind and raises :class:`ImageBuildError`
+        (:class:`ImageDiskFullError` on ENOSPC). ``lease=True`` returns the layer leased (in use).
+        """
+        if kind not in KINDS:
+            raise ValueError(f"unknown layer kind {kind!r}")
+        final = self.root / kind / key
+        with _flock(self._lock_path(kind, key)):
+            layer = self._load(kind, key)
+            if layer is not None:
+                with contextlib.suppress(OSError):
+                    os.utime(final / "meta.json")
+                if lease:
+                    layer.lease = self._new_lease(kind, key)
+                self._bump(hits=1)
+                return layer
+            self._bump(misses=1)
+            tmp = self.root / "tmp" / f"{kind}-{key}-{uuid.uuid4().hex[:8]}"
+            tmp.mkdir(parents=True)
+            t0 = time.monotonic()
+            try:
+                extra = build(tmp / "data") or {}
+                if not (tmp / "data").exists():
+                    (tmp / "data").mkdir()
+                seconds = time.monotonic() - t0
+                size = int(extra.pop("bytes", 0)) or dir_bytes(tmp / "data")
+                meta = {"kind": kind, "key": key, "parent": parent, "recipe": dict(recipe), "bytes": size,
+                        "build_seconds": round(seconds, 3), "created": time.time(), **extra}
+                (tmp / "meta.json").write_text(json.dumps(meta, indent=1, sort_keys=True, default=str))
+                if final.exists():  # a stale half-layer without meta.json (crashed old version)
+                    _rmtree(final)
+                os.rename(tmp, final)
+            except BaseException as exc:
+                _rmtree(tmp)
+                self._bump(build_failures=1)
+                if isinstance(exc, ImageDiskFullError):
+                    raise ImageDiskFullError(exc.message + "; the partial layer was removed", kind=kind,
+                                             key=key, step=exc.step, output=exc.output) from exc
+                if _is_enospc(exc):
+                    raise ImageDiskFullError(
+                        "disk full (ENOSPC) while building; the partial layer was removed",
+                        kind=kind, key=key, step=getattr(exc, "step", "build"),
+                        output=getattr(exc, "output", "") or str(exc)) from exc
+                if isinstance(exc, ImageBuildError):
+                    raise ImageBuildError(exc.message, kind=kind, key=key, step=exc.step, output=exc.output) from exc
+                if isinstance(exc, Exception):
+                    raise ImageBuildError(f"build failed: {exc!r}", kind=kind, key=key, step="build") from exc
+                raise
+            self._bump(builds=1, build_seconds=seconds)
+            layer = Layer(kind, key, final, meta)
+            if lease:
+                layer.lease = self._new_lease(kind, key)
+        self.enforce_bound(protect={(kind, key)})
+        return layer
+
+    def remove(self, kind: str, key: str) -> bool:
+        with _flock(self._lock_path(kind, key), blocking=False) as got:
+            if not got or self.leased(kind, key):
+                return False
+            return self._evict_locked(kind, key)
+
+    def _evict_locked(self, kind: str, key: str) -> bool:
+        layer = self._load(kind, key)
+        final = self.root / kind / key
+        if not final.exists():
+            return False
+        trash = self.root / "tmp" / f"trash-{kind}-{key}-{uuid.uuid4().hex[:6]}"
+        os.rename(final, trash)
+        _rmtree(trash)
+        if layer is not None:
+            cmd = layer.meta.get("evict_cmd")
+            if cmd:
+                with contextlib.suppress(OSError, subprocess.SubprocessError):
+                    subprocess.run(cmd, capture_output=True, timeout=120)
+            self._bump(evictions=1, evicted_bytes=layer.size_bytes)
+        return True
+
+    def pin(self, kind: str, key: str, pinned: bool = True) -> None:
+        marker = self.root / kind / key / "pinned"
+        if pinned:
+            marker.touch()
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                marker.unlink()
+
+    def layers(self) -> list[dict[str, Any]]:
+        out = []
+        for kind in KINDS:
+            for d in sorted((self.root / kind).iterdir()):
+                layer = self._load(kind, d.name)
+                if layer is None:
+                    continue
+                with contextlib.suppress(OSError):
+                    last = (d / "meta.json").stat().st_mtime
+                out.append({"kind": kind, "key": d.name, "bytes": layer.size_bytes, "last_used": last,
+                            "pinned": (d / "pinned").exists(), "in_use": self.leased(kind, d.name),
+                            "parent": layer.meta.get("parent", ""), "build_seconds": layer.meta.get("build_seconds"),
+                            "image": layer.meta.get("image", "")})
+        return out
+
+    def total_bytes(self) -> int:
+        return sum(layer["bytes"] for layer in self.layers())
+
+    def enforce_bound(self, max_bytes: int | None = None, protect: Iterable[tuple[str, str]] = ()) -> list[tuple[str, str]]:
+        """Evict least-recently-used unpinned, unleased, unlocked layers until the total fits."""
+        bound = self.max_bytes if max_bytes is None else max_bytes
+        protect = set(protect)
+        evicted: list[tuple[str, str]] = []
+        with _flock(self.root / "locks" / "gc.lock"):
+            layers = self.layers()
+            total = sum(x["bytes"] for x in layers)
+            if total <= bound:
+                return evicted
+            for x in sorted(layers, key=lambda x: x["last_used"]):
+                if total <= bound:
+                    break
+                ident = (x["kind"], x["key"])
+                if x["pinned"] or x["in_use"] or ident in protect:
+                    continue
+                with _flock(self._lock_path(*ident), blocking=False) as got:
+                    if not got or self.leased(*ident):
+                        continue
+                    if self._evict_locked(*ident):
+                        total -= x["bytes"]
+                        evicted.append(ident)
+        return evicted
+
+    def prune(self, max_bytes: int | None = None, everything: bool = False) -> list[tuple[str, str]]:
+        """Evict down to ``max_bytes`` (default: the cache's bound); ``everything``: all unused."""
+        removed = self.enforce_bound(0 if everything else max_bytes)
+        for stale in (self.root / "tmp").iterdir():  # builds that crashed mid-way
+            if time.time() - stale.stat().st_mtime > 3600:
+                _rmtree(stale)
+        return removed
+
+    # -- typed layers ---------------------------------------------------------------------------
+    def base(self, recipe: BaseRecipe, build: Callable[[Path], Mapping[str, Any] | None] | None = None,
+             lease: bool = False) -> Layer:
+        return self.get_or_build("base", recipe.key(), asdict(recipe), build or (lambda d: d.mkdir()), lease=lease)
+
+    def env(self, recipe: EnvRecipe, base: Layer, lease: bool = False) -> Layer:
+        return self.get_or_build("env", recipe.key(base.key), asdict(recipe),
+                                 lambda d: build_env_dir(recipe, d), parent=base.key, lease=lease)
+
+    def instance(self, recipe: InstanceRecipe, env: Layer, lease: bool = False,
+                 run_setup: Callable[[Path, str], tuple[int, str]] | None = None) -> Layer:
+        rec = {"source_dir": str(recipe.source_dir), "base_commit": recipe.base_commit, "setup": list(recipe.setup)}
+        return self.get_or_build("instance", recipe.key(env.key), rec,
+                                 lambda d: build_instance_tree(recipe, d, run_setup), parent=env.key, lease=lease)
+
+    def prewarm(self, tasks: Iterable[Any], backend: Any = None, env: EnvRecipe | None = None,
+                workers: int = 4) -> PrewarmHandle:
+        """Build the layers of ``tasks`` (Task records with ``source_dir``, or InstanceRecipes) in a
+        background thread pool; returns a handle at once. ``backend``: anything with a
+        ``prepare_layers(recipe, env)`` method (default: a bwrap backend on this cache)."""
+        if backend is None:
+            from legorl.sandbox.bwrap import BwrapBackend
+            backend = BwrapBackend(cache=self)
+        pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="legorl-prewarm")
+        futures: dict[str, Future] = {}
+        for t in tasks:
+            if isinstance(t, InstanceRecipe):
+                name, recipe = str(t.source_dir), t
+            else:
+                name = getattr(t, "instance_id", str(t))
+                if getattr(t, "source_dir", None) is None:
+                    fut: Future = Future()
+                    fut.set_exception(SandboxError(f"task {name} has no source_dir to build an image from"))
+                    futures[name] = fut
+                    continue
+                recipe = InstanceRecipe(Path(t.source_dir), getattr(t, "base_commit", "") or "")
+            futures[name] = pool.submit(backend.prepare_layers, recipe, env)
+        return PrewarmHandle(futures, pool)
+
+
+_default_caches: dict[str, ImageCache] = {}
+_default_lock = threading.Lock()
+
+
+def default_cache() -> ImageCache:
+    """One shared cache per ``$LEGORL_HOME`` in this process."""
+    home = Path(os.environ.get("LEGORL_HOME") or Path.home() / ".cache" / "legorl").expanduser()
+    with _default_lock:
+        cache = _default_caches.get(str(home))
+        if cache is None:
+            cache = _default_caches[str(home)] = ImageCache(home / "images")
+        return cache
+
+
+def spec_recipes(spec: Any) -> tuple[InstanceRecipe, EnvRecipe]:
+    """The instance and env recipes a :class:`SandboxSpec` asks for."""
+    inst = InstanceRecipe(Path(spec.source_dir), getattr(spec, "base_commit", "") or "",
+                          tuple(getattr(spec, "setup_commands", ()) or ()))
+    env = getattr(spec, "env_recipe", None) or EnvRecipe()
+    return inst, env
+
+
+__all__ = [
+    "BaseRecipe", "CacheStats", "EnvRecipe", "ImageBuildError", "ImageCache", "ImageDiskFullError",
+    "InstanceRecipe", "Layer", "Lease", "PrewarmHandle", "bwrap_base_recipe", "default_cache",
+    "recipe_key", "source_content_id", "spec_recipes",
+]

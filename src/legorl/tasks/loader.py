@@ -1,0 +1,149 @@
+"""Load task suites: built-in suites, directories of task dirs, and SWE-bench record files.
+
+A *task dir* holds ``task.json`` (the fields of :class:`~legorl.tasks.model.Task`) and, for locally
+runnable tasks, ``repo/`` (the repository at its base state); ``source_dir`` is set to that
+``repo/`` unless ``task.json`` names one (relative paths are relative to the task dir).
+A *suite dir* holds task dirs. Record files: ``.jsonl`` (one record a line), ``.json`` (a list, a
+single record, or ``{"tasks": [...]}``) and ``.parquet`` (SWE-bench's own format; needs pyarrow).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Iterable
+
+from legorl.errors import TaskError
+from legorl.tasks.model import Task
+
+BUILTIN_SUITES_DIR = Path(__file__).resolve().parent / "suites"
+
+
+def builtin_suites() -> list[str]:
+    """Names of the suites shipped in the package (e.g. ``["trivial"]``)."""
+    if not BUILTIN_SUITES_DIR.is_dir():
+        return []
+    return sorted(p.name for p in BUILTIN_SUITES_DIR.iterdir() if p.is_dir() and not p.name.startswith((".", "_")))
+
+
+def load_suite(name_or_path: str | Path) -> list[Task]:
+    """Tasks of a built-in suite name, a suite/task directory, or a ``.jsonl``/``.json``/``.parquet`` file."""
+    if isinstance(name_or_path, str) and name_or_path in builtin_suites():
+        return _load_suite_dir(BUILTIN_SUITES_DIR / name_or_path)
+    path = Path(name_or_path).expanduser()
+    if path.is_dir():
+        if (path / "task.json").is_file():
+            return [load_task_dir(path)]
+        return _load_suite_dir(path)
+    if path.is_file():
+        suffix = path.suffix.lower()
+        if suffix == ".jsonl":
+            return _parse_all(_read_jsonl(path), path)
+        if suffix == ".json":
+            return _parse_all(_read_json(path), path)
+        if suffix == ".parquet":
+            return _parse_all(_read_parquet(path), path)
+        raise TaskError(f"{path}: unsupported task file type {suffix!r} (use .jsonl, .json or .parquet)")
+    raise TaskError(
+        f"no task suite {str(name_or_path)!r}: not a built-in suite ({', '.join(builtin_suites()) or 'none'}) "
+        "nor an existing directory or .jsonl/.json/.parquet file"
+    )
+
+
+def get_task(instance_id: str) -> Task:
+    """Find a task by instance id across the built-in suites."""
+    for suite in builtin_suites():
+        task_dir = BUILTIN_SUITES_DIR / suite / instance_id
+        if (task_dir / "task.json").is_file():
+            return load_task_dir(task_dir)
+    for suite in builtin_suites():
+        for task in load_suite(suite):
+            if task.instance_id == instance_id:
+                return task
+    raise TaskError(f"no built-in task {instance_id!r} (suites: {', '.join(builtin_suites()) or 'none'})")
+
+
+def load_task_dir(task_dir: Path) -> Task:
+    task_file = task_dir / "task.json"
+    try:
+        record = json.loads(task_file.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise TaskError(f"{task_dir}: no task.json") from None
+    except json.JSONDecodeError as exc:
+        raise TaskError(f"{task_file}: not valid JSON: {exc}") from None
+    if not isinstance(record, dict):
+        raise TaskError(f"{task_file}: expected a JSON object, got {type(record).__name__}")
+    task = Task.parse(record, origin=str(task_file))
+    if task.source_dir is not None:
+        source = task.source_dir if task.source_dir.is_absolute() else task_dir / task.source_dir
+    elif (task_dir / "repo").is_dir():
+        source = task_dir / "repo"
+    else:
+        source = None
+    if source is not None:
+        if not source.is_dir():
+            raise TaskError(f"task {task.instance_id} in {task_file}: field 'source_dir': {source} is not a directory")
+        task = task.model_copy(update={"source_dir": source.resolve()})
+    return task
+
+
+def _load_suite_dir(suite_dir: Path) -> list[Task]:
+    task_dirs = sorted(p for p in suite_dir.iterdir() if p.is_dir() and (p / "task.json").is_file())
+    if not task_dirs:
+        raise TaskError(f"{suite_dir}: no task directories (each needs a task.json)")
+    return _unique([load_task_dir(p) for p in task_dirs], suite_dir)
+
+
+def _parse_all(records: Iterable[Any], origin: Path) -> list[Task]:
+    tasks = []
+    for i, record in enumerate(records):
+        if not isinstance(record, dict):
+            raise TaskError(f"{origin}: record {i} is not an object")
+        tasks.append(Task.parse(record, origin=f"{origin} (record {i})"))
+    return _unique(tasks, origin)
+
+
+def _unique(tasks: list[Task], origin: Path) -> list[Task]:
+    seen: set[str] = set()
+    for t in tasks:
+        if t.instance_id in seen:
+            raise TaskError(f"{origin}: duplicate instance_id {t.instance_id!r}")
+        seen.add(t.instance_id)
+    return tasks
+
+
+def _read_jsonl(path: Path) -> list[Any]:
+    records = []
+    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError as exc:
+            raise TaskError(f"{path}:{lineno}: not valid JSON: {exc}") from None
+    return records
+
+
+def _read_json(path: Path) -> list[Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise TaskError(f"{path}: not valid JSON: {exc}") from None
+    if isinstance(data, dict) and isinstance(data.get("tasks"), list):
+        return data["tasks"]
+    if isinstance(data, dict):
+        return [data]
+    if isinstance(data, list):
+        return data
+    raise TaskError(f"{path}: expected a list of task records")
+
+
+def _read_parquet(path: Path) -> list[Any]:
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise TaskError(f"{path}: reading .parquet task files needs pyarrow (`pip install pyarrow`)") from None
+    try:
+        return pq.read_table(path).to_pylist()
+    except Exception as exc:  # pyarrow raises its own error types
+        raise TaskError(f"{path}: cannot read parquet: {exc}") from None

@@ -1,0 +1,129 @@
+"""Per-token log-probabilities of a token sequence under the current weights (trainer side).
+
+``compute_token_logprobs(model, ids)[t] = log p(ids[t] | ids[:t])`` for ``t >= 1`` (position 0
+has no prefix and gets ``0.0``), computed as ``log_softmax(logits / temperature)`` — the same
+distribution the embedded engine samples from at top_k off / top_p 1. The result has the length of
+``ids`` so it lines up with ``Sample.rollout_logprobs`` / ``Sample.loss_mask``.
+
+Memory: the sequence is fed in chunks of ``chunk_size`` tokens through a KV cache. For each chunk
+only the decoder's hidden states are kept; the ``[chunk, vocab]`` logits and their log-softmax are
+computed per chunk and, under grad, recomputed in backward (activation checkpointing of the LM
+head), so the vocabulary-sized tensors never exist for more than one chunk (for SmolLM2, 49k vocab:
+~200 KB per token in fp32, i.e. 1.6 GB for an 8k sample, cut to ~200 MB with chunk 1024). Without
+grad, peak memory is the KV cache + one chunk's activations. Under grad the decoder body still
+keeps its activations for every token (that is what backward needs) — chunking bounds the logits,
+not the body. The chunked result equals the one-shot result up to float rounding.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import torch
+from torch.utils.checkpoint import checkpoint
+
+__all__ = ["compute_token_logprobs", "compute_token_logprobs_batch"]
+
+
+def _as_ids(token_ids: Sequence[int] | torch.Tensor, device: torch.device) -> torch.Tensor:
+    ids = token_ids if isinstance(token_ids, torch.Tensor) else torch.tensor(list(token_ids), dtype=torch.long)
+    ids = ids.to(device=device, dtype=torch.long).reshape(-1)
+    return ids
+
+
+def _head_logprobs(hidden: torch.Tensor, targets: torch.Tensor, head: torch.nn.Module, temperature: float) -> torch.Tensor:
+    logits = head(hidden).float()
+    if temperature != 1.0:
+        logits = logits / temperature
+    return torch.log_softmax(logits, dim=-1).gather(-1, targets[..., None])[..., 0]
+
+
+def _causal_mask(q: int, past: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    cols = torch.arange(past + q, device=device)
+    rows = torch.arange(past, past + q, device=device)
+    allowed = cols[None, :] <= rows[:, None]
+    m = torch.zeros(1, 1, q, past + q, dtype=dtype, device=device)
+    return m.masked_fill_(~allowed[None, None], torch.finfo(dtype).min)
+
+
+def compute_token_logprobs(
+    model: Any,
+    token_ids: Sequence[int] | torch.Tensor,
+    temperature: float = 1.0,
+    chunk_size: int = 1024,
+) -> torch.Tensor:
+    """Log-prob of every token given its prefix; shape ``[len(token_ids)]``, float32, ``[0] = 0.0``.
+
+    Differentiable when called with grad enabled. ``temperature <= 0`` (greedy rollouts) is
+    treated as 1: greedy tokens are scored under the unscaled distribution, as the engine reports.
+    """
+    from transformers import DynamicCache
+
+    p = next(model.parameters())
+    ids = _as_ids(token_ids, p.device)
+    n = ids.shape[0]
+    if temperature is None or temperature <= 0:
+        temperature = 1.0
+    out = [torch.zeros(1, dtype=torch.float32, device=p.device)]
+    if n <= 1:
+        return out[0][:n]
+    chunk_size = max(1, int(chunk_size))
+    decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    split = decoder is not None and head is not None
+    cache = DynamicCache()
+    use_ckpt = torch.is_grad_enabled()
+    for s in range(0, n - 1, chunk_size):  # the last token is never an input that needs logits
+        e = min(n - 1, s + chunk_size)
+        # feed ids[s:e]; they predict ids[s+1:e+1]
+        inp = ids[None, s:e]
+        pos = torch.arange(s, e, device=p.device)[None]
+        mask = _causal_mask(e - s, s, p.dtype, p.device)
+        targets = ids[None, s + 1 : e + 1]
+        if split:
+            hidden = decoder(
+                input_ids=inp, position_ids=pos, attention_mask=mask, past_key_values=cache, use_cache=True
+            ).last_hidden_state
+            if use_ckpt and hidden.requires_grad:
+                lp = checkpoint(_head_logprobs, hidden, targets, head, temperature, use_reentrant=False)
+            else:
+                lp = _head_logprobs(hidden, targets, head, temperature)
+        else:  # generic fallback: full model call, logits for the chunk only
+            logits = model(
+                input_ids=inp, position_ids=pos, attention_mask=mask, past_key_values=cache, use_cache=True
+            ).logits.float()
+            lp = torch.log_softmax(logits / temperature, dim=-1).gather(-1, targets[..., None])[..., 0]
+        out.append(lp[0])
+    return torch.cat(out)
+
+
+def compute_token_logprobs_batch(
+    model: Any,
+    sequences: Sequence[Sequence[int] | torch.Tensor],
+    temperature: float = 1.0,
+    pad_token_id: int = 0,
+) -> list[torch.Tensor]:
+    """Several sequences of different lengths in one forward (right padding + attention mask).
+
+    Returns one ``[len_i]`` float32 tensor per sequence (``[0] = 0.0``). No chunking: memory is
+    ``batch × max_len × vocab`` for the logits; use :func:`compute_token_logprobs` for long samples.
+    """
+    p = next(model.parameters())
+    seqs = [_as_ids(s, p.device) for s in sequences]
+    if not seqs:
+        return []
+    if temperature is None or temperature <= 0:
+        temperature = 1.0
+    lens = [int(s.shape[0]) for s in seqs]
+    T = max(lens)
+    ids = torch.full((len(seqs), T), pad_token_id, dtype=torch.long, device=p.device)
+    attn = torch.zeros((len(seqs), T), dtype=torch.long, device=p.device)
+    for i, s in enumerate(seqs):
+        ids[i, : lens[i]] = s
+        attn[i, : lens[i]] = 1
+    if T <= 1:
+        return [torch.zeros(n, dtype=torch.float32, device=p.device) for n in lens]
+    logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits[:, :-1].float()
+    lp = torch.log_softmax(logits / temperature, dim=-1).gather(-1, ids[:, 1:, None])[..., 0]
+    lp = torch.cat([torch.zeros(len(seqs), 1, dtype=lp.dtype, device=lp.device), lp], dim=1)
+    return [lp[i, : lens[i]] for i in range(len(seqs))]

@@ -1,0 +1,85 @@
+"""Turns -> training Samples.
+
+Turns are grouped by (session, thread, segment_index) and ordered by turn_index; failed turns are
+dropped. A segment's turns form one :class:`Sample`: ``token_ids`` = the last turn's prompt +
+output. Turn k's output tokens sit at ``[len(prompt_k), len(prompt_k) + len(output_k))`` and,
+because every later turn of the segment *extends* (its prompt starts with the previous turn's
+prompt + output, verbatim), they sit at the same positions in the final sequence. ``loss_mask``
+is 1 exactly there and ``rollout_logprobs`` carries the sampled logprobs there (0 elsewhere).
+A ``start``/``fork`` turn opens a segment; an ``extend`` turn whose prompt does not start with
+the previous turn's tokens raises :class:`AlignmentBuildError` (it would silently corrupt training
+data).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Iterable
+
+from legorl.errors import LegoRLError
+from legorl.trajectory.records import Sample, Turn
+
+
+class AlignmentBuildError(LegoRLError):
+    """Recorded turns contradict their alignment events."""
+
+
+def build_samples(turns: Iterable[Turn], rollout_id: str) -> list[Sample]:
+    groups: dict[tuple[str, str, int], list[Turn]] = defaultdict(list)
+    for t in turns:
+        if t.failed:
+            continue
+        groups[(t.session_id, t.thread_id, t.alignment.segment_index)].append(t)
+
+    samples: list[Sample] = []
+    for (session_id, thread_id, seg), ts in groups.items():
+        ts.sort(key=lambda t: t.turn_index)
+        prev: list[int] | None = None
+        spans: list[tuple[int, Turn]] = []
+        for t in ts:
+            kind = t.alignment.kind
+            if kind in ("extend", "realign"):
+                if prev is None:
+                    raise AlignmentBuildError(
+                        f"session {session_id} thread {thread_id} segment {seg}: turn {t.turn_index} is "
+                        f"{kind} but its segment has no earlier successful turn"
+                    )
+                if t.prompt_token_ids[: len(prev)] != prev:
+                    raise AlignmentBuildError(
+                        f"session {session_id} thread {thread_id} segment {seg}: turn {t.turn_index} says "
+                        f"{kind} but its prompt does not start with the previous turn's {len(prev)} tokens"
+                    )
+            elif prev is not None:
+                raise AlignmentBuildError(
+                    f"session {session_id} thread {thread_id} segment {seg}: turn {t.turn_index} is {kind} "
+                    "inside an existing segment"
+                )
+            spans.append((len(t.prompt_token_ids), t))
+            prev = list(t.prompt_token_ids) + list(t.output_token_ids)
+
+        assert prev is not None
+        token_ids = prev
+        n = len(token_ids)
+        mask = [0] * n
+        logprobs = [0.0] * n
+        for start, t in spans:
+            for j, (tok, lp) in enumerate(zip(t.output_token_ids, t.output_logprobs)):
+                pos = start + j
+                if token_ids[pos] != tok:  # cannot happen when the prefix checks above passed
+                    raise AlignmentBuildError(f"turn {t.turn_index}: sampled token moved at position {pos}")
+                mask[pos] = 1
+                logprobs[pos] = float(lp)
+        samples.append(
+            Sample(
+                rollout_id=rollout_id,
+                thread_id=thread_id,
+                segment_index=seg,
+                token_ids=token_ids,
+                loss_mask=mask,
+                rollout_logprobs=logprobs,
+                turn_indices=[t.turn_index for _, t in spans],
+                alignment_events=[t.alignment for _, t in spans],
+            )
+        )
+    samples.sort(key=lambda s: (s.turn_indices[0] if s.turn_indices else 0))
+    return samples
