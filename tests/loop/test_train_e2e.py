@@ -8,7 +8,7 @@ import pytest
 
 from legorl.config import RunConfig
 from legorl.loop.train import train
-from legorl.trajectory.records import Rollout
+from legorl.store import open_run
 
 pytestmark = [pytest.mark.slow, pytest.mark.sandbox]
 
@@ -18,7 +18,8 @@ def test_one_training_step_end_to_end(tmp_path):
                          **{"rollout.max_turns": 2, "rollout.max_tokens_per_turn": 200})
     history = asyncio.run(train(cfg))
     run = tmp_path / "run"
-    rollouts = [Rollout.model_validate_json(line) for line in (run / "rollouts.jsonl").read_text().splitlines()]
+    store = open_run(run)
+    rollouts = list(store.iter_rollouts())
     metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert len(rollouts) == 2 and len(metrics) == 1 and len(history) == 1
     for r in rollouts:
@@ -28,8 +29,9 @@ def test_one_training_step_end_to_end(tmp_path):
         for s in r.samples:
             assert s.num_sampled > 0
             assert s.alignment_events[0].kind == "start"
-            assert all(e.kind == "extend" for e in s.alignment_events[1:])
-    turns = [json.loads(line) for line in (run / "turns.jsonl").read_text().splitlines()]
+            assert all(e.kind in ("extend", "realign") for e in s.alignment_events[1:])
+        assert [s.token_ids for s in store.samples(r.rollout_id)] == [s.token_ids for s in r.samples]
+    turns = list(store.iter_turns())
     assert len(turns) == sum(len(s.turn_indices) for r in rollouts for s in r.samples)
     m = metrics[0]
     print(f"\nrollout vs trainer logprobs on the run's samples: pearson={m['mismatch/pearson']:.6f} "

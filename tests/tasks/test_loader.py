@@ -19,7 +19,8 @@ SWEBENCH_LITE_DEV = SHARED / "data" / "swebench" / "SWE-bench_Lite-dev.parquet"
 def test_builtin_trivial_suite():
     assert "trivial" in builtin_suites()
     tasks = load_suite("trivial")
-    assert [t.instance_id for t in tasks] == [f"legorl__trivial-00{i}" for i in (1, 2, 3)]
+    ids = [t.instance_id for t in tasks]
+    assert len(ids) >= 14 and ids[:3] == [f"legorl__trivial-00{i}" for i in (1, 2, 3)]
     for t in tasks:
         assert t.tier == "trivial" and t.test_patch == ""
         assert t.source_dir is not None and (t.source_dir / "tests").is_dir()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -41,7 +43,7 @@ class Sim:
         self.turns.append(t)
         reply = {"role": "assistant", "content": parsed.content}
         if parsed.tool_calls:
-            reply["content"] = None
+            reply["content"] = parsed.content or None  # as the gateway's OpenAI dialect answers
             reply["tool_calls"] = [
                 {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments_json()}}
                 for c in parsed.tool_calls
@@ -88,7 +90,7 @@ def test_extend_after_max_tokens_cut_closes_turn(r):
     assert r.decode(t2.prompt_token_ids[t2.reused_prefix_len :]).startswith("<|im_end|>\n<|im_start|>user\ngo on")
 
 
-def test_client_trims_and_respells_tool_json_still_extends(r):
+def test_client_trims_and_respells_tool_json_realigns(r):
     tools = [{"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}]
     sim = Sim(r)
     msgs = [{"role": "user", "content": "ls"}]
@@ -98,7 +100,7 @@ def test_client_trims_and_respells_tool_json_still_extends(r):
     rep["tool_calls"][0]["function"]["arguments"] = '{ "cmd" : "ls" }'  # harness re-serialized
     msgs += [rep, {"role": "tool", "tool_call_id": rep["tool_calls"][0]["id"], "content": "a.py"}]
     t2, _ = sim.call(msgs, enc(r, "done") + [IM_END], tools)
-    assert t2.alignment.kind == "extend"
+    assert t2.alignment.kind == "realign" and t2.alignment.realigned_messages == [1]
     assert t2.prompt_token_ids[: t2.reused_prefix_len] == t1.prompt_token_ids + out
     assert "<tool_response>\na.py\n</tool_response>" in r.decode(t2.prompt_token_ids[t2.reused_prefix_len :])
 
@@ -119,6 +121,7 @@ def test_fork_on_divergence(r, mutate, why):
     t2, _ = sim.call(mutate(msgs), enc(r, "k") + [IM_END])
     assert t2.alignment.kind == "fork" and t2.alignment.segment_index == 1
     assert why in t2.alignment.reason
+    assert t2.alignment.parent_segment_index == 0 and t2.alignment.forked_from_turn == 0
     assert t2.reused_prefix_len == 0
     assert t2.prompt_token_ids == r.render_prompt(normalize_messages(mutate(msgs)))
 
@@ -136,9 +139,10 @@ def test_side_request_does_not_break_main_chain(r):
     sim = Sim(r)
     msgs = [{"role": "user", "content": "fix bug"}]
     _, rep = sim.call(msgs, enc(r, "looking") + [IM_END])
-    side, _ = sim.call([{"role": "user", "content": "title for: fix bug"}], enc(r, "Bug fix") + [IM_END])
+    side, _ = sim.call([{"role": "system", "content": "Write a title"}, {"role": "user", "content": "title for: fix bug"}], enc(r, "Bug fix") + [IM_END])
     t3, _ = sim.call(msgs + [rep, {"role": "user", "content": "ok"}], enc(r, "done") + [IM_END])
     assert (side.alignment.kind, side.alignment.segment_index) == ("fork", 1)
+    assert side.alignment.segment_kind == "side"
     assert (t3.alignment.kind, t3.alignment.segment_index) == ("extend", 0)
     samples = build_samples(sim.turns, "R")
     assert sorted((s.segment_index, s.turn_indices) for s in samples) == [(0, [0, 2]), (1, [1])]
@@ -150,39 +154,214 @@ def test_messages_extend_requires_strictly_more():
     assert messages_extend(held, held + normalize_messages([{"role": "user", "content": "b"}]))[0] is True
 
 
+# ----------------------------------------------------------------------------- realign
+
+TOOLS = [
+    {"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}},
+    {"type": "function", "function": {"name": "edit", "parameters": {"type": "object"}}},
+]
+
+
+def tc_text(name, args_json):
+    return f'<tool_call>\n{{"name": "{name}", "arguments": {args_json}}}\n</tool_call>'
+
+
+def _first_turn(r, sampled_text, tools=TOOLS):
+    sim = Sim(r)
+    msgs = [{"role": "system", "content": "sys"}, {"role": "user", "content": "go"}]
+    out = enc(r, sampled_text) + [IM_END]
+    t1, rep = sim.call(msgs, out, tools)
+    return sim, msgs, t1, out, rep
+
+
+def _tool_results(rep):
+    return [{"role": "tool", "tool_call_id": c["id"], "content": f"ok {i}"} for i, c in enumerate(rep.get("tool_calls") or [])]
+
+
+def test_realign_reordered_keys(r):
+    sim, msgs, t1, out, rep = _first_turn(r, tc_text("edit", '{"path": "a.py", "text": "x = 1"}'))
+    rep["tool_calls"][0]["function"]["arguments"] = '{"text": "x = 1", "path": "a.py"}'
+    t2, _ = sim.call(msgs + [rep, *_tool_results(rep)], enc(r, "done") + [IM_END], TOOLS)
+    assert t2.alignment.kind == "realign" and "key order" in t2.alignment.reason
+    assert t2.prompt_token_ids[: len(t1.prompt_token_ids) + len(out)] == t1.prompt_token_ids + out
+    # the suffix is only the new message (the re-serialized turn is not rendered again)
+    assert r.decode(t2.prompt_token_ids[t2.reused_prefix_len :]).startswith("\n<|im_start|>user\n<tool_response>\nok 0")
+
+
+def test_compact_sampled_spaced_returned_realigns_and_echo_extends(r):
+    # the model sampled compact JSON; the harness sends the gateway's spaced spelling back
+    sim, msgs, t1, out, rep = _first_turn(r, '<tool_call>\n{"name":"bash","arguments":{"cmd":"ls"}}\n</tool_call>')
+    t2, rep2 = sim.call(msgs + [rep, *_tool_results(rep)], enc(r, tc_text("bash", '{"cmd": "pwd"}')) + [IM_END], TOOLS)
+    assert t2.alignment.kind == "realign" and "spelling" in t2.alignment.reason
+    # the model sampled spaced JSON, OpenCode compacts it: same rendering as sampled -> extend
+    rep2["tool_calls"][0]["function"]["arguments"] = '{"cmd":"pwd"}'
+    msgs3 = msgs + [rep, *_tool_results(rep), rep2, *_tool_results(rep2)]
+    t3, _ = sim.call(msgs3, enc(r, "fine") + [IM_END], TOOLS)
+    assert t3.alignment.kind == "realign"  # message 2 (the first, compact turn) is still re-spelled
+    assert t3.alignment.realigned_messages == [2]
+    assert t3.prompt_token_ids[: t3.reused_prefix_len] == t2.prompt_token_ids + t2.output_token_ids
+
+
+def test_claude_style_parsed_input_and_text_whitespace(r):
+    sampled = "Let me look.\n\n" + tc_text("edit", '{"path": "a.py", "text": "y"}')
+    sim, msgs, t1, out, rep = _first_turn(r, sampled)
+    # Claude Code: text block + tool_use with the parsed input (dict, keys re-ordered)
+    claude = {"role": "assistant", "content": "Let me look.",
+              "tool_calls": [{"id": "toolu_1", "name": "edit", "arguments": {"text": "y", "path": "a.py"}}]}
+    t2, _ = sim.call(msgs + [claude, {"role": "tool", "tool_call_id": "toolu_1", "content": "done"}], enc(r, "ok") + [IM_END], TOOLS)
+    assert t2.alignment.kind == "realign"
+    assert t2.prompt_token_ids[: t2.reused_prefix_len] == t1.prompt_token_ids + out
+    # the same with the layout only (dict in the sampled key order): still a realign (text layout differs)
+    sim2, msgs2, t1b, out2, _ = _first_turn(r, sampled)
+    claude["tool_calls"][0]["arguments"] = {"path": "a.py", "text": "y"}
+    t2b, _ = sim2.call(msgs2 + [claude, {"role": "tool", "tool_call_id": "toolu_1", "content": "done"}], enc(r, "ok") + [IM_END], TOOLS)
+    assert t2b.alignment.kind == "realign" and "layout" in t2b.alignment.reason
+
+
+def test_realign_every_earlier_assistant_turn_and_tool_call_order(r):
+    two = tc_text("bash", '{"cmd": "ls"}') + "\n" + tc_text("bash", '{"cmd": "pwd"}')
+    sim, msgs, t1, out, rep = _first_turn(r, two)
+    hist = msgs + [rep, *_tool_results(rep)]
+    t2, rep2 = sim.call(hist, enc(r, "Now  reading.") + [IM_END], TOOLS)
+    assert t2.alignment.kind == "extend"
+    hist = hist + [rep2, {"role": "user", "content": "continue"}]
+    # the harness now swaps the two calls of turn 1 and collapses the spaces of turn 2
+    rep["tool_calls"].reverse()
+    rep2["content"] = "Now reading."
+    t3, _ = sim.call(hist, enc(r, "k") + [IM_END], TOOLS)
+    assert t3.alignment.kind == "realign" and t3.alignment.realigned_messages == [2, 5]
+    assert "tool call order" in t3.alignment.reason and "content whitespace" in t3.alignment.reason
+    assert t3.prompt_token_ids[: t3.reused_prefix_len] == t2.prompt_token_ids + t2.output_token_ids
+    [s] = build_samples(sim.turns, "R")
+    assert [e.kind for e in s.alignment_events] == ["start", "extend", "realign"]
+    assert s.num_sampled == sum(len(t.output_token_ids) for t in sim.turns)
+
+
+@pytest.mark.parametrize(
+    "change,kind,why",
+    [
+        ("args", "rebuild", "message 2 (assistant) differs in tool calls"),
+        ("tool_result", "rebuild", "message 3 (tool) differs in content"),
+        ("user_edit", "rebuild", "message 1 (user) differs in content"),
+        ("compaction", "compaction", "request has 2 messages, thread holds 5"),
+        ("side", "side", ""),
+        ("retry", "retry", "request has 4 messages, thread holds 5"),
+    ],
+)
+def test_fork_kinds_and_reasons(r, change, kind, why):
+    sim, msgs, t1, out, rep = _first_turn(r, tc_text("bash", '{"cmd": "ls"}'))
+    hist1 = msgs + [rep, *_tool_results(rep)]
+    t2, rep2 = sim.call(hist1, enc(r, "listed") + [IM_END], TOOLS)
+    hist = hist1 + [rep2, {"role": "user", "content": "next"}]
+    if change == "args":
+        rep["tool_calls"][0]["function"]["arguments"] = '{"cmd": "rm -rf /"}'
+    elif change == "tool_result":
+        hist[3] = {**hist[3], "content": "different"}
+    elif change == "user_edit":
+        hist[1] = {"role": "user", "content": "go go"}
+    elif change == "compaction":
+        hist = [msgs[0], {"role": "user", "content": "This session is being continued from a previous conversation..."}]
+    elif change == "side":
+        hist = [{"role": "system", "content": "Generate a title"}, {"role": "user", "content": "go"}]
+    elif change == "retry":
+        hist = hist1
+    t3, _ = sim.call(hist, enc(r, "x") + [IM_END], None if change == "side" else TOOLS)
+    ev = t3.alignment
+    assert (ev.kind, ev.segment_kind, ev.segment_index) == ("fork", kind, 1)
+    assert why in ev.reason and kind in ev.reason
+    assert (ev.parent_segment_index, ev.forked_from_turn) == (0, 1)
+    samples = build_samples(sim.turns, "R")
+    assert [(s.segment_index, s.segment_kind, s.turn_indices) for s in samples] == [(0, "main", [0, 1]), (1, kind, [2])]
+    assert samples[1].forked_from_turn == 1
+
+
 # ----------------------------------------------------------------------------- property
 
-_text = st.text(alphabet="abcdefgh xyz.,\n", min_size=1, max_size=12).filter(lambda s: s.strip())
-_out = st.lists(st.integers(min_value=17, max_value=49151), min_size=1, max_size=6)
-_step = st.tuples(st.sampled_from(["extend", "extend", "extend", "fork_rewrite", "fork_new"]), _text, _out, st.booleans())
+_word = st.text(alphabet="abcdefgh", min_size=1, max_size=5)
+_text = st.lists(_word, min_size=1, max_size=3).map(" ".join)
+_args = st.dictionaries(st.sampled_from(["cmd", "path", "n", "flag"]), st.one_of(_word, st.integers(0, 99), st.booleans()), min_size=1, max_size=3)
+_spell = st.sampled_from(["spaced", "compact", "reversed"])
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(first=_text, steps=st.lists(_step, min_size=1, max_size=6))
-def test_property_extend_keeps_tokens_and_fork_loses_no_turn(r, first, steps):
+def _spelled(args: dict, how: str) -> str:
+    if how == "compact":
+        return json.dumps(args, separators=(",", ":"))
+    if how == "reversed":
+        return json.dumps(dict(reversed(list(args.items()))))
+    return json.dumps(args)
+
+
+_call = st.tuples(st.sampled_from(["bash", "edit"]), _args, _spell)
+_output = st.tuples(st.one_of(st.just(""), _text), st.lists(_call, max_size=2), st.booleans())
+_op = st.sampled_from(["extend", "extend", "extend", "reserialize", "compact", "side", "edit"])
+
+
+def _sample_text(content: str, calls) -> str:
+    blocks = [f'<tool_call>\n{{"name": "{n}", "arguments": {_spelled(a, how)}}}\n</tool_call>' for n, a, how in calls]
+    return "\n".join(([content] if content else []) + blocks) or "ok"
+
+
+def _reserialize(msgs: list[dict], how: str) -> list[dict]:
+    out = []
+    for m in msgs:
+        if m["role"] == "assistant":
+            m = dict(m)
+            if m.get("tool_calls"):
+                m["tool_calls"] = [
+                    {**c, "function": {**c["function"], "arguments": _spelled(json.loads(c["function"]["arguments"]), how)}}
+                    for c in m["tool_calls"]
+                ]
+                if how == "reversed" and len(m["tool_calls"]) > 1:
+                    m["tool_calls"] = m["tool_calls"][::-1]
+            if m.get("content"):
+                m["content"] = "  " + m["content"].replace(" ", "  ") + "\n"
+        out.append(m)
+    return out
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(first=_text, steps=st.lists(st.tuples(_op, _text, _output, _spell), min_size=1, max_size=7))
+def test_property_extend_realign_fork_keep_every_sampled_token(r, first, steps):
     sim = Sim(r)
-    msgs = [{"role": "user", "content": first}]
-    held: list[int] | None = None
-    for op, text, out, stopped in steps:
-        out = out + ([IM_END] if stopped else [])
-        if op == "fork_rewrite":
-            msgs = [{"role": "user", "content": "rewritten: " + text}]
-        elif op == "fork_new":
-            msgs = [{"role": "system", "content": "side"}, {"role": "user", "content": text}]
-        t, rep = sim.call(msgs, out)
-        if t.alignment.kind == "extend":
-            # extend never changes earlier tokens
-            assert held is not None and t.prompt_token_ids[: len(held)] == held
-            assert t.reused_prefix_len == len(held)
-        held = t.prompt_token_ids + t.output_token_ids
-        msgs = msgs + [rep, {"role": "user", "content": text}]
+    sys_msg = {"role": "system", "content": "agent"}
+    msgs = [sys_msg, {"role": "user", "content": first}]
+    held: dict[int, list[int]] = {}
+    for op, text, (content, calls, stopped), how in steps:
+        req = msgs
+        if op == "reserialize":
+            req = _reserialize(msgs, how)
+        elif op == "compact":
+            req = [sys_msg, {"role": "user", "content": "Summary: " + text}]
+        elif op == "side":
+            req = [{"role": "system", "content": "title"}, {"role": "user", "content": text}]
+        elif op == "edit" and len(msgs) > 2:
+            req = [sys_msg, {"role": "user", "content": "edited " + text}] + msgs[2:]
+        out = enc(r, _sample_text(content, calls)) + ([IM_END] if stopped else [])
+        t, rep = sim.call(req, out, None if op == "side" else TOOLS)
+        ev = t.alignment
+        if ev.kind in ("extend", "realign"):
+            # extend/realign never change earlier tokens: the held sequence is reused verbatim
+            prev = held[ev.segment_index]
+            assert t.prompt_token_ids[: len(prev)] == prev and t.reused_prefix_len == len(prev)
+        else:
+            assert t.reused_prefix_len == 0
+        if op == "reserialize" and len(msgs) > 2 and msgs[-1]["role"] != "assistant":
+            assert ev.kind in ("extend", "realign"), ev.reason  # a re-serialization never forks
+        held[ev.segment_index] = t.prompt_token_ids + t.output_token_ids
+        if op == "side":
+            continue  # the main conversation goes on as before
+        base = req if op in ("compact", "edit") else msgs
+        tail = [{"role": "tool", "tool_call_id": c["id"], "content": text} for c in rep.get("tool_calls") or []]
+        msgs = base + [rep] + (tail or [{"role": "user", "content": text}])
     samples = build_samples(sim.turns, "R")
     # fork never loses a turn: every turn lands in exactly one sample, its sampled ids in place
     seen = sorted(i for s in samples for i in s.turn_indices)
     assert seen == list(range(len(sim.turns)))
     for s in samples:
-        for ev_i in s.turn_indices:
-            t = sim.turns[ev_i]
+        for i in s.turn_indices:
+            t = sim.turns[i]
             start = len(t.prompt_token_ids)
             assert s.token_ids[start : start + len(t.output_token_ids)] == t.output_token_ids
+            assert all(s.loss_mask[start : start + len(t.output_token_ids)])
         assert s.num_sampled == sum(len(sim.turns[i].output_token_ids) for i in s.turn_indices)
+    assert sum(s.num_sampled for s in samples) == sum(len(t.output_token_ids) for t in sim.turns)

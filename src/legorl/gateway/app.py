@@ -1,9 +1,10 @@
 """The gateway: an LLM proxy that owns tokenization and records every call as a Turn.
 
-Layers (a later issue adds Anthropic Messages / Responses / streaming as more dialect adapters):
+Layers:
 
-* dialect adapter (here: OpenAI Chat Completions, non-streaming) — parse + validate the wire
-  request into normalised messages/tools/sampling, and format the wire response;
+* dialect adapters (:mod:`legorl.gateway.dialects`: OpenAI Chat Completions, Anthropic Messages,
+  OpenAI Responses; each streaming and not) — parse + validate the wire request into normalised
+  messages/tools/sampling, format the wire response / SSE events and errors in their shape;
 * :meth:`Gateway.complete` (dialect independent) — session/thread routing, token-exact
   alignment (:mod:`legorl.trajectory.alignment`), generation on the :class:`Engine`, output
   parsing (:class:`Renderer`), Turn recording (store write is fsync'd before the response leaves).
@@ -17,10 +18,18 @@ Library use by the training loop::
     samples = build_samples(turns, rollout_id)
     gw.close_session(token)
 
-Errors use OpenAI's shape ``{"error": {"message", "type", "param", "code"}}``: 400
-``invalid_request_error`` (bad JSON, missing/wrong fields — ``param`` names the field — or
-``code: context_length_exceeded``), 401 ``invalid_api_key``, 500 ``server_error``, 503 when the
-engine is overloaded/shutting down. Unknown request fields are accepted and ignored.
+Routes: ``POST /v1/chat/completions`` (and ``/chat/completions``), ``POST /v1/messages`` (also
+``?beta=true``), ``POST /v1/messages/count_tokens``, ``POST /v1/responses`` (and ``/responses``),
+``GET /v1/models``, ``GET|HEAD /``, ``GET /health``.
+
+Errors (each dialect renders them in its shape; OpenAI: ``{"error": {"message", "type", "param",
+"code"}}``): 400 ``invalid_request_error`` (bad JSON, missing/wrong fields — ``param`` names the
+field — or ``code: context_length_exceeded``), 401 ``invalid_api_key``, 500 ``server_error``,
+503 when the engine is overloaded/shutting down, 504 when generation ran past
+``generate_timeout_s`` (Anthropic: 529 ``overloaded_error`` for all three). A client that
+disconnects while its request is generating cancels the generation; the Turn is recorded with
+``failed=True, error="client_disconnected", finish_reason="cancelled"``. Unknown request fields
+are accepted and ignored.
 
 Sampling mapping: ``max_completion_tokens`` > ``max_tokens`` > ``default_max_tokens``, clipped
 to the context left after the prompt; ``temperature``, ``top_p``, ``seed`` as given (``top_k``
@@ -33,136 +42,32 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import logging
 import time
-import uuid
 from dataclasses import dataclass
-from typing import Any, Literal, Sequence
+from typing import Any, Sequence
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from legorl.engines.base import Engine, GenerationResult, SamplingParams
 from legorl.errors import ContextLengthError, EngineError, EngineOverloadedError, InvalidRequestError
-from legorl.gateway.renderer import Message, ParsedOutput, Renderer, normalize_messages, normalize_tools
-from legorl.gateway.sessions import Session, SessionRegistry, thread_from_headers
+from legorl.gateway.dialects.anthropic_messages import AnthropicMessages
+from legorl.gateway.dialects.base import CLIENT_DISCONNECTED, GatewayError, engine_error, handle
+from legorl.gateway.dialects.base import openai_validation_error as _validation_error  # noqa: F401 (compat)
+from legorl.gateway.dialects.openai_chat import DIALECT as DIALECT_OPENAI_CHAT
+from legorl.gateway.dialects.openai_chat import ChatCompletionRequest, OpenAIChat  # noqa: F401 (compat)
+from legorl.gateway.dialects.openai_responses import OpenAIResponses
+from legorl.gateway.renderer import Message, ParsedOutput, Renderer
+from legorl.gateway.sessions import Session, SessionRegistry
 from legorl.trajectory.alignment import Alignment
 from legorl.trajectory.records import AlignmentEvent, Turn
 from legorl.trajectory.store import RunStore
 
 log = logging.getLogger(__name__)
 
-DIALECT_OPENAI_CHAT = "openai.chat"
-
-
-# --------------------------------------------------------------------------- errors
-
-
-class GatewayError(Exception):
-    """An error answered to the client in OpenAI's shape."""
-
-    def __init__(self, status: int, message: str, *, type: str = "invalid_request_error", param: str | None = None, code: str | None = None):
-        super().__init__(message)
-        self.status, self.message, self.type, self.param, self.code = status, message, type, param, code
-
-    def body(self) -> dict:
-        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
-
-    def response(self) -> JSONResponse:
-        headers = {"WWW-Authenticate": "Bearer"} if self.status == 401 else None
-        return JSONResponse(self.body(), status_code=self.status, headers=headers)
-
-
-def _engine_error(exc: BaseException) -> GatewayError:
-    if isinstance(exc, ContextLengthError):
-        return GatewayError(400, str(exc), param="messages", code="context_length_exceeded")
-    if isinstance(exc, InvalidRequestError):
-        return GatewayError(400, str(exc))
-    if isinstance(exc, EngineOverloadedError):
-        return GatewayError(503, f"engine unavailable: {exc}", type="server_error", code="engine_overloaded")
-    return GatewayError(500, f"engine failure: {type(exc).__name__}: {exc}", type="server_error", code="engine_error")
-
-
-# --------------------------------------------------------------------------- OpenAI chat request
-
-
-class _Loose(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-
-class ChatFunctionCall(_Loose):
-    name: str
-    arguments: str | dict[str, Any] | None = None
-
-
-class ChatToolCall(_Loose):
-    id: str | None = None
-    type: str = "function"
-    function: ChatFunctionCall
-
-
-class ChatMessage(_Loose):
-    role: Literal["system", "developer", "user", "assistant", "tool", "function"]
-    content: str | list[dict[str, Any] | str] | None = None
-    name: str | None = None
-    tool_calls: list[ChatToolCall] | None = None
-    tool_call_id: str | None = None
-
-
-class ChatFunctionDef(_Loose):
-    name: str
-    description: str | None = None
-    parameters: dict[str, Any] | None = None
-
-
-class ChatTool(_Loose):
-    type: str = "function"
-    function: ChatFunctionDef
-
-
-class ChatCompletionRequest(_Loose):
-    """OpenAI Chat Completions request. Unknown fields are accepted (and ignored)."""
-
-    messages: list[ChatMessage] = Field(min_length=1)
-    model: str | None = None
-    max_tokens: int | None = Field(default=None, ge=1)
-    max_completion_tokens: int | None = Field(default=None, ge=1)
-    temperature: float | None = Field(default=None, ge=0, le=2)
-    top_p: float | None = Field(default=None, gt=0, le=1)
-    seed: int | None = None
-    stop: str | list[str] | None = None
-    n: int | None = Field(default=None, ge=1)
-    stream: bool | None = False
-    tools: list[ChatTool] | None = None
-    tool_choice: Any = None
-    logprobs: bool | None = None
-    top_logprobs: int | None = None
-
-    @field_validator("stop")
-    @classmethod
-    def _stop_list(cls, v: Any) -> Any:
-        if isinstance(v, list) and len(v) > 4:
-            raise ValueError("at most 4 stop sequences")
-        return v
-
-
-def _validation_error(exc: ValidationError) -> GatewayError:
-    err = exc.errors()[0]
-    loc = err.get("loc") or ()
-    # drop pydantic's union-branch labels ("str", "list[...]") from the location
-    parts = [str(p) for p in loc if not (isinstance(p, str) and ("[" in p or p in ("str", "int", "float", "bool", "dict", "list", "function-after")))]
-    param = ""
-    for p in parts:
-        param += f"[{p}]" if p.isdigit() else (("." if param else "") + p)
-    kind = err.get("type", "")
-    if kind == "missing":
-        msg = f"Missing required parameter: '{param}'."
-    else:
-        msg = f"Invalid value for '{param}': {err.get('msg')}."
-    return GatewayError(400, msg, param=param or None, code="missing_required_parameter" if kind == "missing" else "invalid_value")
+_engine_error = engine_error  # compat
 
 
 # --------------------------------------------------------------------------- core
@@ -179,6 +84,7 @@ class Completion:
     output_logprobs: list[float]
     prompt_tokens: int
     cached_prompt_tokens: int
+    stop_sequence: str | None = None  # the stop string that cut the output, if any
 
 
 def apply_stop_strings(renderer: Renderer, token_ids: list[int], stops: Sequence[str]) -> int | None:
@@ -210,6 +116,7 @@ class Gateway:
         model_name: str | None = None,
         *,
         default_max_tokens: int = 1024,
+        generate_timeout_s: float | None = None,
     ):
         self.engine = engine
         self.renderer = renderer
@@ -217,6 +124,10 @@ class Gateway:
         self.store = store
         self.model_name = model_name or engine.model_name
         self.default_max_tokens = default_max_tokens
+        self.generate_timeout_s = generate_timeout_s
+        self.openai_chat = OpenAIChat()
+        self.anthropic = AnthropicMessages()
+        self.responses = OpenAIResponses()
         self.created = int(time.time())
         self.app = self._build_app()
 
@@ -288,22 +199,45 @@ class Gateway:
         stop: Sequence[str] = (),
         raw_request: dict | None = None,
         make_response=None,
+        context_param: str = "messages",
     ) -> Completion:
         """Align, generate, parse and record one call. ``make_response(completion) -> dict`` builds
         the wire response, which is stored in the Turn before this returns. Raises GatewayError."""
         t0 = time.perf_counter()
         turn_index = session.allocate_turn_index()
-        thread = session.thread(thread_id)
-        async with thread.lock:
+        route = getattr(session, "route", None)  # content-based routing (sub-agents without headers)
+        thread = route(thread_id, messages, tools, self.renderer) if route is not None else session.thread(thread_id)
+        thread_id = getattr(thread, "thread_id", thread_id)
+        try:
+            await thread.lock.acquire()
+        except asyncio.CancelledError:  # client left while an earlier request of its thread ran
+            await self._record_failure(session, thread_id, turn_index, dialect, None, None, raw_request, {}, CLIENT_DISCONNECTED, None)
+            raise
+        try:
+            return await self._complete_locked(
+                session, thread, thread_id, turn_index, t0, messages, tools, dialect=dialect, max_tokens=max_tokens,
+                temperature=temperature, top_p=top_p, seed=seed, stop=stop, raw_request=raw_request,
+                make_response=make_response, context_param=context_param,
+            )
+        finally:
+            thread.lock.release()
+
+    async def _complete_locked(self, session, thread, thread_id, turn_index, t0, messages, tools, *, dialect, max_tokens,
+                               temperature, top_p, seed, stop, raw_request, make_response, context_param) -> Completion:
+        if True:
             alignment: Alignment | None = None
             sampling: SamplingParams | None = None
             timings: dict[str, float] = {}
+            stop_sequence: str | None = None
             try:
                 alignment = thread.state.align(self.renderer, messages, tools)
                 timings["align_s"] = time.perf_counter() - t0
                 sampling = self._sampling(len(alignment.prompt_token_ids), max_tokens, temperature, top_p, seed)
                 t1 = time.perf_counter()
-                result: GenerationResult = await self.engine.generate(alignment.prompt_token_ids, sampling)
+                gen = self.engine.generate(alignment.prompt_token_ids, sampling)
+                if self.generate_timeout_s is not None:
+                    gen = asyncio.wait_for(gen, self.generate_timeout_s)
+                result: GenerationResult = await gen
                 timings["generate_s"] = time.perf_counter() - t1
                 if result.finish_reason in ("error", "cancelled"):
                     raise EngineError(f"generation ended with finish_reason={result.finish_reason!r}")
@@ -312,6 +246,9 @@ class Gateway:
                 cut = apply_stop_strings(self.renderer, out_ids, stop) if stop else None
                 if cut is not None:
                     out_ids, out_lps, finish = out_ids[:cut], out_lps[:cut], "stop"
+                    cut_text = self.renderer.decode(out_ids)
+                    hits = [(cut_text.find(s_), s_) for s_ in stop if s_ and s_ in cut_text]
+                    stop_sequence = min(hits)[1] if hits else None
                 parsed = self.renderer.parse_output(out_ids)
                 if cut is not None:
                     idx = [parsed.content.find(s) for s in stop if s and s in parsed.content]
@@ -322,11 +259,12 @@ class Gateway:
                     finish = "tool_calls"
                 timings.update({f"engine_{k}": v for k, v in (result.timings or {}).items()})
             except asyncio.CancelledError:
-                await self._record_failure(session, thread_id, turn_index, dialect, alignment, sampling, raw_request, timings, "cancelled", None)
+                timings["cancelled_after_s"] = time.perf_counter() - t0
+                await self._record_failure(session, thread_id, turn_index, dialect, alignment, sampling, raw_request, timings, CLIENT_DISCONNECTED, None)
                 raise
             except (EngineError, Exception) as exc:  # noqa: BLE001 - every failure is recorded
-                gerr = exc if isinstance(exc, GatewayError) else _engine_error(exc)
-                if not isinstance(exc, (InvalidRequestError, EngineOverloadedError)):
+                gerr = engine_error(exc, context_param)
+                if not isinstance(exc, (InvalidRequestError, EngineOverloadedError, GatewayError, asyncio.TimeoutError, TimeoutError)):
                     log.exception("engine failure on session %s turn %d", session.session_id, turn_index)
                 await self._record_failure(session, thread_id, turn_index, dialect, alignment, sampling, raw_request, timings, gerr.message, gerr)
                 raise gerr from exc
@@ -356,6 +294,7 @@ class Gateway:
             completion = Completion(
                 turn=turn, parsed=parsed, finish_reason=finish, output_token_ids=out_ids, output_logprobs=out_lps,
                 prompt_tokens=len(alignment.prompt_token_ids), cached_prompt_tokens=result.cached_prompt_tokens,
+                stop_sequence=stop_sequence,
             )
             if make_response is not None:
                 turn.response = make_response(completion)
@@ -373,7 +312,7 @@ class Gateway:
             prompt_token_ids=alignment.prompt_token_ids if alignment else [],
             output_token_ids=[], output_logprobs=[],
             sampling=dataclasses.asdict(sampling) if sampling else {},
-            weight_version=self.engine.weight_version, finish_reason="error", alignment=event,
+            weight_version=self.engine.weight_version, finish_reason="cancelled" if error == CLIENT_DISCONNECTED else "error", alignment=event,
             reused_prefix_len=alignment.reused_prefix_len if alignment else 0, timings=timings,
             request=raw_request or {}, response=gerr.body() if gerr else {}, failed=True, error=error,
         )
@@ -382,114 +321,67 @@ class Gateway:
         except Exception:  # noqa: BLE001
             log.exception("could not record failed turn")
 
-    # -- OpenAI chat dialect ---------------------------------------------------------------
-    def _openai_response(self, completion: Completion, want_logprobs: bool) -> dict:
-        parsed = completion.parsed
-        message: dict[str, Any] = {"role": "assistant", "content": parsed.content if (parsed.content or not parsed.tool_calls) else None}
-        if parsed.tool_calls:
-            message["tool_calls"] = [
-                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments_json()}}
-                for c in parsed.tool_calls
-            ]
-        choice: dict[str, Any] = {"index": 0, "message": message, "finish_reason": completion.finish_reason, "logprobs": None}
-        if want_logprobs:
-            choice["logprobs"] = {
-                "content": [
-                    {"token": self.renderer.decode([t]), "logprob": lp, "bytes": list(self.renderer.decode([t]).encode("utf-8")), "top_logprobs": []}
-                    for t, lp in zip(completion.output_token_ids, completion.output_logprobs)
-                ]
-            }
+    def legorl_info(self, completion: Completion) -> dict:
+        """The ``x_legorl`` block every dialect's response carries (clients ignore it)."""
         turn = completion.turn
         return {
-            "id": "chatcmpl-" + uuid.uuid4().hex,
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": self.model_name,
-            "choices": [choice],
-            "usage": {
-                "prompt_tokens": completion.prompt_tokens,
-                "completion_tokens": len(completion.output_token_ids),
-                "total_tokens": completion.prompt_tokens + len(completion.output_token_ids),
-                "prompt_tokens_details": {"cached_tokens": completion.cached_prompt_tokens},
-            },
-            "system_fingerprint": f"legorl-w{turn.weight_version}",
-            "x_legorl": {
-                "session_id": turn.session_id,
-                "thread_id": turn.thread_id,
-                "turn_index": turn.turn_index,
-                "alignment": turn.alignment.kind,
-                "segment_index": turn.alignment.segment_index,
-                "weight_version": turn.weight_version,
-                "unparsed_tool_calls": parsed.unparsed_tool_calls,
-            },
+            "session_id": turn.session_id,
+            "thread_id": turn.thread_id,
+            "turn_index": turn.turn_index,
+            "alignment": turn.alignment.kind,
+            "segment_index": turn.alignment.segment_index,
+            "weight_version": turn.weight_version,
+            "unparsed_tool_calls": completion.parsed.unparsed_tool_calls,
         }
 
+    # -- dialect routes ----------------------------------------------------------------------
     async def chat_completions(self, request: Request) -> Response:
-        session = self.sessions.lookup(request.headers)
-        if session is None:
-            return GatewayError(401, "Incorrect API key provided (unknown or closed LEGO-RL session token).", code="invalid_api_key").response()
-        thread_id = thread_from_headers(request.headers)
-        raw = await request.body()
-        body: Any = None
-        try:
-            try:
-                body = json.loads(raw)
-            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-                raise GatewayError(400, f"We could not parse the JSON body of your request: {exc}") from None
-            if not isinstance(body, dict):
-                raise GatewayError(400, "The request body must be a JSON object.")
-            try:
-                req = ChatCompletionRequest.model_validate(body)
-            except ValidationError as exc:
-                raise _validation_error(exc) from None
-            if req.stream:
-                raise GatewayError(400, "streaming not supported yet", param="stream", code="unsupported_value")
-            if req.n not in (None, 1):
-                raise GatewayError(400, "only n=1 is supported", param="n", code="unsupported_value")
-            try:
-                messages = normalize_messages([m.model_dump(exclude_none=True) for m in req.messages])
-                tools = normalize_tools([t.model_dump(exclude_none=True) for t in req.tools] if req.tools else None)
-            except InvalidRequestError as exc:
-                raise GatewayError(400, str(exc), param="messages") from None
-        except GatewayError as err:
-            await self.record_rejected(session, thread_id, DIALECT_OPENAI_CHAT, body if body is not None else raw[:2000].decode("utf-8", "replace"), err)
-            return err.response()
+        return await handle(self, self.openai_chat, request)
 
-        stop = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
-        try:
-            completion = await self.complete(
-                session, thread_id, messages, tools, dialect=DIALECT_OPENAI_CHAT,
-                max_tokens=req.max_completion_tokens or req.max_tokens, temperature=req.temperature,
-                top_p=req.top_p, seed=req.seed, stop=stop, raw_request=body,
-                make_response=lambda c: self._openai_response(c, bool(req.logprobs)),
-            )
-        except GatewayError as err:
-            return err.response()
-        return JSONResponse(completion.turn.response)
+    async def messages(self, request: Request) -> Response:
+        return await handle(self, self.anthropic, request)
+
+    async def count_tokens(self, request: Request) -> Response:
+        return await self.anthropic.count_tokens(self, request)
+
+    async def create_response(self, request: Request) -> Response:
+        return await handle(self, self.responses, request)
 
     def _build_app(self) -> FastAPI:
         app = FastAPI(title="LEGO-RL gateway", docs_url=None, redoc_url=None, openapi_url=None)
 
+        def dialect_for(request: Request):
+            return self.anthropic if request.url.path.startswith(("/v1/messages", "/messages")) else self.openai_chat
+
         @app.exception_handler(StarletteHTTPException)
-        async def _http_exc(_request: Request, exc: StarletteHTTPException) -> Response:
+        async def _http_exc(request: Request, exc: StarletteHTTPException) -> Response:
             code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code)
-            return GatewayError(exc.status_code, str(exc.detail), code=code).response()
+            return dialect_for(request).error_response(GatewayError(exc.status_code, str(exc.detail), code=code))
 
         @app.exception_handler(Exception)
-        async def _any_exc(_request: Request, exc: Exception) -> Response:
+        async def _any_exc(request: Request, exc: Exception) -> Response:
             log.exception("unhandled gateway error")
-            return GatewayError(500, f"internal gateway error: {type(exc).__name__}", type="server_error").response()
+            return dialect_for(request).error_response(GatewayError(500, f"internal gateway error: {type(exc).__name__}", type="server_error"))
 
         app.add_api_route("/v1/chat/completions", self.chat_completions, methods=["POST"])
         app.add_api_route("/chat/completions", self.chat_completions, methods=["POST"], include_in_schema=False)
+        app.add_api_route("/v1/messages", self.messages, methods=["POST"])
+        app.add_api_route("/v1/messages/count_tokens", self.count_tokens, methods=["POST"])
+        app.add_api_route("/v1/responses", self.create_response, methods=["POST"])
+        app.add_api_route("/responses", self.create_response, methods=["POST"], include_in_schema=False)
+
+        def model_card() -> dict:  # OpenAI and Anthropic model-list fields together
+            return {"id": self.model_name, "object": "model", "created": self.created, "owned_by": "legorl",
+                    "type": "model", "display_name": self.model_name,
+                    "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.created))}
 
         @app.get("/v1/models")
         async def models() -> dict:
-            return {"object": "list", "data": [{"id": self.model_name, "object": "model", "created": self.created, "owned_by": "legorl"}]}
+            return {"object": "list", "data": [model_card()], "has_more": False, "first_id": self.model_name, "last_id": self.model_name}
 
         @app.get("/v1/models/{model_id:path}")
         async def model(model_id: str) -> Response:
-            return JSONResponse({"id": self.model_name, "object": "model", "created": self.created, "owned_by": "legorl"})
+            return JSONResponse(model_card())
 
         @app.head("/")
         async def head_root() -> Response:

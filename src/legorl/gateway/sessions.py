@@ -3,8 +3,21 @@
 ``open(rollout_id) -> token`` (``secrets.token_urlsafe``); the harness sends it as
 ``Authorization: Bearer <token>`` (OpenAI SDKs, Claude Code's ``ANTHROPIC_AUTH_TOKEN``) or
 ``x-api-key: <token>`` (Anthropic SDK). Inside a session, requests are routed to *threads*
-(main agent, sub-agents, side calls); today the thread id comes from the first of
-:data:`THREAD_HEADERS` present, else ``"main"``.
+(main agent, sub-agents) and, inside a thread, to *segments* (main chain, compaction, side calls):
+
+* headers the harnesses already send name the thread — the first present of
+  :data:`THREAD_HEADERS`: ``x-legorl-thread`` (explicit, never re-routed),
+  ``x-claude-code-agent-id`` (Claude Code sub-agent; parent thread ``main``), ``x-session-id``
+  (OpenCode session; ``x-parent-session-id`` names its parent thread). Else ``"main"``.
+  :meth:`SessionRegistry.lookup` registers the thread and its parent link when it resolves a
+  request's session, so every dialect gets the link without extra plumbing.
+* content: :meth:`Session.route` aligns the request against the header's thread; when that would
+  fork (and the thread was not named explicitly), a request that extends/realigns another live
+  thread of the same session goes to that thread instead (e.g. a sub-agent whose harness sends no
+  header). Anything else stays on the header's thread, where :mod:`legorl.trajectory.alignment`
+  makes it a new segment (side request, compaction, rebuild, retry) without breaking the chain.
+
+A session only ever sees its own threads: routing never crosses sessions.
 
 Each thread owns a :class:`~legorl.trajectory.alignment.ThreadState` (the exact token sequence
 held so far + the messages it stands for) and an ``asyncio.Lock``: requests of one thread are
@@ -20,19 +33,29 @@ import asyncio
 import secrets
 import threading
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Mapping, Sequence
 
+from legorl.gateway.renderer import Message, Renderer
 from legorl.trajectory.alignment import ThreadState
 from legorl.trajectory.records import Turn
 
-THREAD_HEADERS: tuple[str, ...] = ("x-legorl-thread", "x-session-id")
+THREAD_HEADERS: tuple[str, ...] = ("x-legorl-thread", "x-claude-code-agent-id", "x-session-id")
+PARENT_HEADER = "x-parent-session-id"
+EXPLICIT_THREAD_HEADER = "x-legorl-thread"
 DEFAULT_THREAD = "main"
+ROUTABLE = ("extend", "realign")
 
 
 @dataclass
 class Thread:
     state: ThreadState
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    explicit: bool = False  # named by x-legorl-thread: never re-routed by content
+    last_used: int = 0
+
+    @property
+    def thread_id(self) -> str:
+        return self.state.thread_id
 
 
 @dataclass
@@ -46,12 +69,55 @@ class Session:
     closed: bool = False
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def thread(self, thread_id: str) -> Thread:
+    _use_clock: int = 0
+
+    def thread(self, thread_id: str, *, parent: str | None = None, explicit: bool = False) -> Thread:
+        """The thread ``thread_id`` (created on first use, with its parent link)."""
         with self._lock:
             th = self.threads.get(thread_id)
             if th is None:
-                th = self.threads[thread_id] = Thread(ThreadState(thread_id))
+                if parent == thread_id:
+                    parent = None
+                th = self.threads[thread_id] = Thread(ThreadState(thread_id, parent_thread_id=parent), explicit=explicit)
+            elif parent and th.state.parent_thread_id is None and not th.state.segments and parent != thread_id:
+                th.state.parent_thread_id = parent
+            th.explicit = th.explicit or explicit
             return th
+
+    def note_headers(self, headers: Mapping[str, str]) -> str:
+        """Register the thread a request's headers name (and its parent link); returns its id."""
+        tid, parent, explicit = thread_info_from_headers(headers)
+        self.thread(tid, parent=parent, explicit=explicit)
+        return tid
+
+    def route(self, thread_id: str, messages: Sequence[Message], tools: Sequence[dict] | None, renderer: Renderer) -> Thread:
+        """The thread a request goes to: ``thread_id`` unless the request would fork there and
+        extends/realigns another live thread of this session (see the module doc). Takes no lock:
+        the result of aligning against the chosen thread is cached in its state and reused by the
+        gateway if the thread did not change meanwhile."""
+        th = self.thread(thread_id)
+        try:
+            a = th.state.align(renderer, messages, tools)
+        except Exception:  # noqa: BLE001 - the gateway aligns again and records the error
+            return self._touch(th)
+        if a.kind != "fork" or th.explicit:
+            return self._touch(th)
+        with self._lock:
+            others = sorted((t for t in self.threads.values() if t is not th and t.state.segments), key=lambda t: -t.last_used)
+        for other in others:
+            try:
+                b = other.state.align(renderer, messages, tools)
+            except Exception:  # noqa: BLE001
+                continue
+            if b.kind in ROUTABLE:
+                return self._touch(other)
+        return self._touch(th)
+
+    def _touch(self, th: Thread) -> Thread:
+        with self._lock:
+            self._use_clock += 1
+            th.last_used = self._use_clock
+        return th
 
     def allocate_turn_index(self) -> int:
         with self._lock:
@@ -78,12 +144,23 @@ def token_from_headers(headers: Mapping[str, str]) -> str | None:
     return key.strip() if key and key.strip() else None
 
 
-def thread_from_headers(headers: Mapping[str, str]) -> str:
+def thread_info_from_headers(headers: Mapping[str, str]) -> tuple[str, str | None, bool]:
+    """-> (thread id, parent thread id or None, named explicitly by x-legorl-thread)."""
     for h in THREAD_HEADERS:
         v = headers.get(h)
         if v and v.strip():
-            return v.strip()
-    return DEFAULT_THREAD
+            tid = v.strip()
+            if h == "x-claude-code-agent-id":
+                return tid, DEFAULT_THREAD, False
+            if h == "x-session-id":
+                p = headers.get(PARENT_HEADER)
+                return tid, (p.strip() if p and p.strip() else None), False
+            return tid, None, True
+    return DEFAULT_THREAD, None, False
+
+
+def thread_from_headers(headers: Mapping[str, str]) -> str:
+    return thread_info_from_headers(headers)[0]
 
 
 class SessionRegistry:
@@ -130,8 +207,12 @@ class SessionRegistry:
         return s.session_id
 
     def lookup(self, headers: Mapping[str, str]) -> Session | None:
-        """The session a request belongs to (Bearer token or x-api-key), or None."""
-        return self.get(token_from_headers(headers))
+        """The session a request belongs to (Bearer token or x-api-key), or None. Registers the
+        thread the headers name (with its parent link) in that session."""
+        s = self.get(token_from_headers(headers))
+        if s is not None:
+            s.note_headers(headers)
+        return s
 
     def __len__(self) -> int:
         with self._lock:

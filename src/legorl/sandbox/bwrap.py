@@ -480,7 +480,7 @@ class BwrapSandbox:
         if self.env_layer is not None and self.env_layer.lease is not None:
             self.env_layer.lease.release()
         if self.sandbox_dir.exists():
-            shutil.rmtree(self.sandbox_dir, onerror=_force_remove)
+            _discard(self.sandbox_dir)
 
     def __enter__(self) -> "BwrapSandbox":
         return self
@@ -490,6 +490,20 @@ class BwrapSandbox:
 
     def __repr__(self) -> str:
         return f"BwrapSandbox({self.name!r}, workdir={str(self.workdir)!r})"
+
+
+def _discard(path: Path) -> None:
+    """Remove a sandbox directory: renamed away at once (the path is gone when this returns), deleted
+    by a background thread (directory removal costs ms per entry on slow/shared filesystems)."""
+    trash = path.parent / ".trash"
+    try:
+        trash.mkdir(exist_ok=True)
+        target = trash / f"{path.name}-{uuid.uuid4().hex[:6]}"
+        os.rename(path, target)
+    except OSError:
+        shutil.rmtree(path, onerror=_force_remove)
+        return
+    threading.Thread(target=shutil.rmtree, args=(target,), kwargs={"onerror": _force_remove}, daemon=True).start()
 
 
 def _force_remove(func, path, exc_info) -> None:  # noqa: ANN001 - shutil.rmtree callback

@@ -1,7 +1,9 @@
 """Podman (or Docker) sandbox backend: the same protocol as bwrap, in OCI containers (DESIGN.md §6).
 
 One long-lived container per sandbox (``<exe> run -d ... sleep``), every :meth:`exec` is an
-``<exe> exec`` into it. Measured here (podman 4.3, runc, 2 shared cores): ``podman exec true`` ≈ 0.1–0.2 s
+``<exe> exec`` into it. Unlike bwrap (a fresh PID namespace per exec), background processes an exec
+leaves behind keep running (and count against ``--pids-limit``) until a timeout's kill or destroy;
+an exec that cannot even start (e.g. no pids left) raises :class:`SandboxError`. Measured here (podman 4.3, runc, 2 shared cores): ``podman exec true`` ≈ 0.1–0.2 s
 while ``podman run --rm ... true`` per exec ≈ 0.4–0.6 s, hence exec into a kept container.
 
 Containers run with ``--runtime runc --network none --ulimit nofile=1024:1024 --ulimit
@@ -50,7 +52,7 @@ from typing import Mapping
 from legorl.errors import SandboxError
 from legorl.sandbox.base import WORKSPACE, ExecResult, SandboxSpec
 from legorl.sandbox.bwrap import (
-    _DIFF_LIMIT, _GIT_ENV, FORWARDER_PATH, GATEWAY_SOCKET_INSIDE, GIT_CONFIG, _drain, _feed, _force_remove,
+    _DIFF_LIMIT, _GIT_ENV, FORWARDER_PATH, GATEWAY_SOCKET_INSIDE, GIT_CONFIG, _discard, _drain, _feed,
     _is_under, copy_workspace, legorl_home,
 )
 from legorl.sandbox.images import (
@@ -64,6 +66,14 @@ ENV_INSIDE = "/run/legorl/env"
 FORWARDER_INSIDE = "/run/legorl/forwarder.py"
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
 BASE_PACKAGES = ("python3", "python3-pytest", "git", "patch")
+
+
+# pid 1 is the --init (catatonit), the keeper ``sleep infinity`` wrote its pid to KEEPER_PID;
+# everything else belongs to execs. (kill -9 -1 would take the keeper too, and the container with it.)
+KEEPER_PID = "/run/legorl-keeper.pid"
+_KEEPER = f'echo $$ > {KEEPER_PID} && exec sleep infinity'
+_KILL_ALL = (f'k=$(cat {KEEPER_PID} 2>/dev/null); for p in /proc/[0-9]*; do p=${{p#/proc/}}; '
+             '[ "$p" != 1 ] && [ "$p" != "$k" ] && [ "$p" != $$ ] && kill -9 "$p" 2>/dev/null; done; true')
 
 
 def swebench_image_name(instance_id: str, arch: str = "x86_64", tag: str = "latest") -> str:
@@ -174,10 +184,13 @@ class PodmanSandbox:
             killed = rc - 128
         if timed_out:
             cause = f"timeout after {timeout:.1f}s"
-        elif rc in (125, 126, 127) and stderr.startswith("Error:"):
+        elif rc in (125, 126, 127, 255) and stderr.startswith("Error:") and \
+                (rc in (125, 255) or self.backend._state(self.name) != "running"):
             state = self.backend._state(self.name)
+            hint = (f" (are the sandbox's {self.spec.max_pids} pids in use by leftover processes?)"
+                    if "OCI runtime" in stderr and state == "running" else "")
             raise SandboxError(f"{self.backend.exe} exec failed in sandbox {self.name} "
-                               f"(container state: {state or 'gone'}): {stderr.strip()[-2000:]}")
+                               f"(container state: {state or 'gone'}){hint}: {stderr.strip()[-2000:]}")
         elif killed:
             cause = f"killed by signal {killed} ({signal.Signals(killed).name})" if killed < 65 else ""
             if killed == signal.SIGKILL:
@@ -187,10 +200,10 @@ class PodmanSandbox:
                           killed_by_signal=killed, cause=cause)
 
     def _kill_inside(self) -> None:
-        """Kill every process in the container but its init (the exec client's death does not)."""
+        """Kill every process of the container's execs (the exec client's death does not), keeping
+        its init and keeper so the container stays up."""
         with contextlib.suppress(OSError, subprocess.SubprocessError):
-            subprocess.run([self.backend.exe, "exec", self.name, "sh", "-c", "kill -9 -1"],
-                           capture_output=True, timeout=30)
+            subprocess.run([self.backend.exe, "exec", self.name, "sh", "-c", _KILL_ALL], capture_output=True, timeout=30)
 
     def _host_path(self, path: str) -> Path:
         if self._destroyed:
@@ -243,7 +256,7 @@ class PodmanSandbox:
         if self._env_lease is not None:
             self._env_lease.release()
         if self.sandbox_dir.exists():
-            shutil.rmtree(self.sandbox_dir, onerror=_force_remove)
+            _discard(self.sandbox_dir)
 
     def __enter__(self) -> "PodmanSandbox":
         return self
@@ -384,7 +397,7 @@ class PodmanBackend:
                 argv += ["-v", f"{env_layer.path}:{ENV_INSIDE}:ro"]
             if spec.gateway_socket is not None:
                 argv += ["-v", f"{Path(spec.gateway_socket).resolve()}:{GATEWAY_SOCKET_INSIDE}"]
-            argv += [*self.extra_run_args, image, "sleep", "infinity"]
+            argv += [*self.extra_run_args, image, "sh", "-c", _KEEPER]
             res = subprocess.run(argv, capture_output=True, text=True, timeout=300)
             if res.returncode != 0:
                 raise SandboxError(f"{self.name} run failed for sandbox {cid}: {(res.stderr or res.stdout).strip()[-2000:]}")

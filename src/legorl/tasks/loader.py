@@ -26,10 +26,20 @@ def builtin_suites() -> list[str]:
     return sorted(p.name for p in BUILTIN_SUITES_DIR.iterdir() if p.is_dir() and not p.name.startswith((".", "_")))
 
 
+ALL_BUILTIN = "builtin"  # pseudo-suite: every built-in suite, easiest tier first
+_TIER_ORDER = ("trivial", "easy", "medium")
+
+
 def load_suite(name_or_path: str | Path) -> list[Task]:
-    """Tasks of a built-in suite name, a suite/task directory, or a ``.jsonl``/``.json``/``.parquet`` file."""
+    """Tasks of a built-in suite name (or ``"builtin"``: all of them), a suite/task directory, or a
+    ``.jsonl``/``.json``/``.parquet`` file."""
     if isinstance(name_or_path, str) and name_or_path in builtin_suites():
         return _load_suite_dir(BUILTIN_SUITES_DIR / name_or_path)
+    if name_or_path == ALL_BUILTIN:
+        suites = sorted(builtin_suites(), key=lambda s: (_TIER_ORDER.index(s) if s in _TIER_ORDER else 99, s))
+        if not suites:
+            raise TaskError(f"no built-in suites in {BUILTIN_SUITES_DIR}")
+        return _unique([t for s in suites for t in _load_suite_dir(BUILTIN_SUITES_DIR / s)], BUILTIN_SUITES_DIR)
     path = Path(name_or_path).expanduser()
     if path.is_dir():
         if (path / "task.json").is_file():
@@ -38,11 +48,11 @@ def load_suite(name_or_path: str | Path) -> list[Task]:
     if path.is_file():
         suffix = path.suffix.lower()
         if suffix == ".jsonl":
-            return _parse_all(_read_jsonl(path), path)
+            return _resolve_sources(_parse_all(_read_jsonl(path), path), path)
         if suffix == ".json":
-            return _parse_all(_read_json(path), path)
+            return _resolve_sources(_parse_all(_read_json(path), path), path)
         if suffix == ".parquet":
-            return _parse_all(_read_parquet(path), path)
+            return _resolve_sources(_parse_all(_read_parquet(path), path), path)
         raise TaskError(f"{path}: unsupported task file type {suffix!r} (use .jsonl, .json or .parquet)")
     raise TaskError(
         f"no task suite {str(name_or_path)!r}: not a built-in suite ({', '.join(builtin_suites()) or 'none'}) "
@@ -101,6 +111,16 @@ def _parse_all(records: Iterable[Any], origin: Path) -> list[Task]:
             raise TaskError(f"{origin}: record {i} is not an object")
         tasks.append(Task.parse(record, origin=f"{origin} (record {i})"))
     return _unique(tasks, origin)
+
+
+def _resolve_sources(tasks: list[Task], origin: Path) -> list[Task]:
+    """A relative ``source_dir`` in a record file is relative to the file's directory (as in task dirs)."""
+    out = []
+    for t in tasks:
+        if t.source_dir is not None and not t.source_dir.is_absolute():
+            t = t.model_copy(update={"source_dir": (origin.resolve().parent / t.source_dir).resolve()})
+        out.append(t)
+    return out
 
 
 def _unique(tasks: list[Task], origin: Path) -> list[Task]:

@@ -2,40 +2,64 @@
 
 A thread holds one or more *segments*. Each segment keeps the exact token sequence of its last
 turn (prompt + sampled output), the normalised message list it stands for (request messages +
-the assistant reply the gateway returned) and the tools it was rendered with.
+the assistant reply the gateway returned), the tools it was rendered with and, for every
+assistant message the policy sampled, the sampled token ids.
 
 For a new request (normalised messages + tools), :func:`align` tries, newest segment first:
 
-* **extend** — the request's messages start with the segment's held messages (compared with
-  :func:`legorl.gateway.renderer.message_key`: role, content, tool calls by name + parsed
-  arguments) and the tools are equal. The held messages replace the request's copy of that prefix
-  (so re-spelled JSON or trimmed whitespace never changes the rendering), the full conversation
-  is rendered to text, the rendered held conversation must be a text prefix of it, and only the
-  remaining text is tokenized::
+* **extend** — the request's messages start with the segment's held messages, the tools are equal
+  and every held assistant turn comes back *as the model emitted it* (its rendering in the
+  request equals the sampled text). The held messages replace the request's copy of that prefix,
+  the full conversation is rendered to text, the rendered held conversation must be a text prefix
+  of it, and only the remaining text is tokenized::
 
       prompt = held_tokens + encode(bridge + suffix_text)
 
   where ``bridge`` closes the sampled assistant turn (ChatML: ``"\\n"`` after a sampled
   ``<|im_end|>``, ``"<|im_end|>\\n"`` after a turn cut by ``max_tokens``). Held tokens are reused
   verbatim: what the policy sampled is never re-tokenized.
-* **realign** — (next issue) same conversation, but the last assistant turn re-serialized
-  differently (e.g. tool-call JSON respelled). :func:`_try_realign` is the hook; it returns None.
+* **realign** — the same, except that one or more held assistant turns (any of them, not only the
+  last) come back *re-serialized*: the harness re-spelled them (tool-call JSON compacted or
+  re-spaced, keys reordered, parsed tool inputs re-dumped, tool calls reordered, whitespace in
+  the text changed) so the request's text of that turn is not what the model emitted. The turn is
+  still the same turn — same tool calls by name + parsed arguments (compared as values), same
+  text modulo whitespace — so the held (sampled) tokens are kept verbatim as the prefix and only
+  the new messages are rendered as the suffix, exactly like extend. The event's ``reason`` says
+  what differed (``"msg 3 (assistant): tool call 0 'bash' arguments key order"``).
 * **fork** — anything else: render from scratch, new segment (``segment_index`` = next free one).
-  The first request of a thread is a **start** (segment 0).
+  The fork is classified in ``AlignmentEvent.segment_kind``:
+
+  - ``side``: a side request (title, summary, ...) — different system prompt and/or no tools
+    while the thread's chain has tools; it never breaks the main chain (the main segment stays
+    held and the next main request extends it);
+  - ``compaction``: same system prompt and tools, but the history was replaced by a shorter one
+    (no common message prefix beyond the system prompt);
+  - ``rebuild``: same system prompt and tools, history diverges after a common prefix (edited
+    user text, different tool results, rewritten assistant turn);
+  - ``retry``: the request is a prefix of the held conversation (a re-sent earlier request);
+  - ``tools_changed``: same conversation, different tool set.
+
+  ``parent_segment_index`` / ``forked_from_turn`` link the new segment to the segment it forked
+  from (the one sharing the longest message prefix, else the thread's active chain).
+
+The first request of a thread is a **start** (segment 0, ``segment_kind`` ``main``, or
+``subagent`` when the thread has a parent thread).
 
 :class:`ThreadState` is the mutable per-thread holder the gateway keeps (it is not thread-safe:
-the gateway serialises requests of one thread).
+the gateway serialises requests of one thread). ``align`` results are cached per state version,
+so the session router can align a request against a thread and the gateway reuse that result.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
-from typing import Literal, Sequence
+from typing import Any, Literal, Sequence
 
-from legorl.gateway.renderer import Message, Renderer, message_key, tools_key
+from legorl.gateway.renderer import Message, Renderer, message_key, render_assistant_content, tools_key
 from legorl.trajectory.records import AlignmentEvent
 
-MAX_SEGMENTS_KEPT = 8  # older segments are forgotten for matching (their turns stay recorded)
+MAX_SEGMENTS_KEPT = 16  # least recently used segments are forgotten for matching (their turns stay recorded)
 
 
 @dataclass
@@ -43,11 +67,27 @@ class HeldSegment:
     """What one thread segment holds after its latest successful turn."""
 
     segment_index: int
-    messages: list[Message]  # request messages + the returned assistant message
+    messages: list[Message]  # held messages (held copies of earlier turns) + the returned assistant message
     tools: list[dict] | None
     token_ids: list[int]  # prompt + output of the latest turn, verbatim
     bridge_text: str  # text closing the sampled assistant turn (see module doc)
     last_turn_index: int = -1
+    # message index -> output token ids the policy sampled for that assistant message
+    sampled: dict[int, list[int]] = field(default_factory=dict)
+    segment_kind: str = "main"
+    _sampled_text: dict[int, str] = field(default_factory=dict, repr=False)
+    _held_text: str | None = field(default=None, repr=False)
+
+    def sampled_text(self, renderer: Renderer, i: int) -> str:
+        t = self._sampled_text.get(i)
+        if t is None:
+            t = self._sampled_text[i] = renderer.parse_output(self.sampled[i]).text
+        return t
+
+    def held_text(self, renderer: Renderer) -> str:
+        if self._held_text is None:
+            self._held_text = renderer.render_text(self.messages, self.tools, add_generation_prompt=False)
+        return self._held_text
 
 
 @dataclass
@@ -60,19 +100,47 @@ class Alignment:
     reused_prefix_len: int  # prompt_token_ids[:reused_prefix_len] == held tokens (verbatim)
     reason: str = ""
     extends_turn_index: int | None = None
+    segment_kind: str = "main"
+    parent_thread_id: str | None = None
+    parent_segment_index: int | None = None
+    forked_from_turn: int | None = None
+    realigned_messages: list[int] = field(default_factory=list)
+    # held messages that replace the request's copy of the matched prefix (extend/realign)
+    held_messages: list[Message] | None = None
+    held_sampled: dict[int, list[int]] | None = None
 
     def event(self, turn_index: int) -> AlignmentEvent:
-        return AlignmentEvent(turn_index=turn_index, kind=self.kind, reason=self.reason, segment_index=self.segment_index)
+        return AlignmentEvent(
+            turn_index=turn_index, kind=self.kind, reason=self.reason, segment_index=self.segment_index,
+            segment_kind=self.segment_kind, parent_thread_id=self.parent_thread_id,
+            parent_segment_index=self.parent_segment_index, forked_from_turn=self.forked_from_turn,
+            realigned_messages=list(self.realigned_messages),
+        )
 
 
 @dataclass
 class ThreadState:
     thread_id: str
-    segments: list[HeldSegment] = field(default_factory=list)  # newest last
+    segments: list[HeldSegment] = field(default_factory=list)  # least recently used first
     next_segment: int = 0
+    parent_thread_id: str | None = None
+    active_segment: int | None = None  # the chain the thread's main agent is on (side segments never are)
+    version: int = 0  # bumped on every commit
+    _cache: tuple | None = field(default=None, repr=False)
 
     def align(self, renderer: Renderer, messages: Sequence[Message], tools: Sequence[dict] | None) -> Alignment:
-        return align(self, renderer, messages, tools)
+        c = self._cache
+        if c is not None and c[0] == self.version and c[1] is messages and c[2] is tools and c[3] is renderer:
+            return c[4]
+        a = align(self, renderer, messages, tools)
+        self._cache = (self.version, messages, tools, renderer, a)
+        return a
+
+    def segment(self, index: int) -> HeldSegment | None:
+        for s in self.segments:
+            if s.segment_index == index:
+                return s
+        return None
 
     def commit(
         self,
@@ -85,19 +153,105 @@ class ThreadState:
         turn_index: int,
     ) -> HeldSegment:
         """Record a successful turn: the segment now holds prompt + output."""
+        msgs = list(messages)
+        sampled: dict[int, list[int]] = {}
+        if alignment.held_messages is not None:  # extend / realign: keep the held copies
+            msgs = list(alignment.held_messages) + msgs[len(alignment.held_messages) :]
+            sampled = dict(alignment.held_sampled or {})
+        sampled[len(msgs)] = list(output_token_ids)
         seg = HeldSegment(
             segment_index=alignment.segment_index,
-            messages=list(messages) + [assistant],
+            messages=msgs + [assistant],
             tools=list(tools) if tools else None,
             token_ids=list(alignment.prompt_token_ids) + list(output_token_ids),
             bridge_text=bridge_text,
             last_turn_index=turn_index,
+            sampled=sampled,
+            segment_kind=alignment.segment_kind,
         )
         self.segments = [s for s in self.segments if s.segment_index != seg.segment_index] + [seg]
         if len(self.segments) > MAX_SEGMENTS_KEPT:
             self.segments = self.segments[-MAX_SEGMENTS_KEPT:]
         self.next_segment = max(self.next_segment, seg.segment_index + 1)
+        if seg.segment_kind != "side":
+            self.active_segment = seg.segment_index
+        self.version += 1
+        self._cache = None
         return seg
+
+
+# --------------------------------------------------------------------------- message comparison
+
+
+def _ws(s: str | None) -> str:
+    return " ".join((s or "").split())
+
+
+def _args_equal(a: Any, b: Any) -> bool:
+    if isinstance(a, str) and isinstance(b, str):
+        return "".join(a.split()) == "".join(b.split())
+    return a == b  # dict equality: key order and JSON spelling do not matter
+
+
+def _match_calls(held: list[dict], new: list[dict]) -> list[int] | None:
+    """new[j] matches held[perm[j]] (by name + parsed arguments), or None."""
+    if len(held) != len(new):
+        return None
+    used: set[int] = set()
+    perm: list[int] = []
+    for c in new:
+        for k, h in enumerate(held):
+            if k not in used and h["name"] == c["name"] and _args_equal(h["arguments"], c["arguments"]):
+                used.add(k)
+                perm.append(k)
+                break
+        else:
+            return None
+    return perm
+
+
+def _dumps(a: Any) -> str:
+    return json.dumps(a, ensure_ascii=False) if not isinstance(a, str) else a
+
+
+def realign_diff(held: Message, new: Message, sampled_text: str | None) -> str | None:
+    """Why ``new`` (an assistant message in a request) is a re-serialization of ``held`` (the turn
+    the gateway returned, sampled as ``sampled_text``), or None when it is not the same turn."""
+    if _ws(held.get("content")) != _ws(new.get("content")):
+        return None
+    hc, nc = list(held.get("tool_calls") or ()), list(new.get("tool_calls") or ())
+    perm = _match_calls(hc, nc)
+    if perm is None:
+        return None
+    what: list[str] = []
+    if (held.get("content") or "") != (new.get("content") or ""):
+        what.append("content whitespace")
+    if perm != sorted(perm):
+        what.append("tool call order")
+    for j, k in enumerate(perm):
+        ha, na = hc[k]["arguments"], nc[j]["arguments"]
+        if _dumps(ha) != _dumps(na):
+            if isinstance(ha, dict) and isinstance(na, dict) and list(ha) != list(na):
+                what.append(f"tool call {j} {nc[j]['name']!r} arguments key order")
+            else:
+                what.append(f"tool call {j} {nc[j]['name']!r} arguments spelling")
+    if not what and sampled_text is not None:
+        rendered = render_assistant_content(new)
+        if rendered.strip() == sampled_text.strip():
+            what.append("surrounding whitespace")
+        elif hc and any(f'"name": "{c["name"]}"' not in sampled_text for c in hc):
+            what.append("tool-call JSON spelling (sampled compact/other spacing or key order)")
+        else:
+            what.append("text differs from the sampled text (JSON spacing/layout)")
+    return ", ".join(what) or "re-serialized"
+
+
+def _describe_mismatch(i: int, h: Message, n: Message) -> str:
+    if h["role"] != n["role"]:
+        return f"message {i} ({h['role']}) differs in role ({n['role']})"
+    kh, kn = message_key(h), message_key(n)
+    what = "tool calls" if kh[2] != kn[2] else "content"
+    return f"message {i} ({h['role']}) differs in {what}"
 
 
 def messages_extend(held: Sequence[Message], new: Sequence[Message]) -> tuple[bool, str]:
@@ -106,66 +260,139 @@ def messages_extend(held: Sequence[Message], new: Sequence[Message]) -> tuple[bo
         return False, f"request has {len(new)} messages, thread holds {len(held)}"
     for i, (h, n) in enumerate(zip(held, new)):
         if message_key(h) != message_key(n):
-            what = "role" if h["role"] != n["role"] else ("tool calls" if message_key(h)[2] != message_key(n)[2] else "content")
-            return False, f"message {i} ({h['role']}) differs in {what}"
+            return False, _describe_mismatch(i, h, n)
     return True, ""
+
+
+def compare_prefix(
+    seg: HeldSegment, renderer: Renderer, new: Sequence[Message]
+) -> tuple[bool, str, list[int], list[str]]:
+    """Does ``new`` start with ``seg``'s held messages, allowing re-serialized assistant turns?
+
+    -> (ok, reason if not, indices of realigned messages, what differed per realigned message)."""
+    held = seg.messages
+    if len(new) <= len(held):
+        return False, f"request has {len(new)} messages, thread holds {len(held)}", [], []
+    realigned: list[int] = []
+    notes: list[str] = []
+    for i, (h, n) in enumerate(zip(held, new)):
+        if h["role"] != n["role"]:
+            return False, _describe_mismatch(i, h, n), [], []
+        if h["role"] != "assistant" or i not in seg.sampled:
+            if message_key(h) != message_key(n):
+                return False, _describe_mismatch(i, h, n), [], []
+            continue
+        # a sampled assistant turn: exact when the request renders it as the model emitted it
+        sampled_text = seg.sampled_text(renderer, i)
+        if render_assistant_content(n) == sampled_text:
+            continue
+        diff = realign_diff(h, n, sampled_text)
+        if diff is None:
+            return False, _describe_mismatch(i, h, n) if message_key(h) != message_key(n) else f"message {i} (assistant) differs in content", [], []
+        realigned.append(i)
+        notes.append(f"msg {i} (assistant): {diff}")
+    return True, "", realigned, notes
 
 
 def try_extend(
     seg: HeldSegment, renderer: Renderer, messages: Sequence[Message], tools: Sequence[dict] | None
 ) -> tuple[Alignment | None, str]:
-    ok, why = messages_extend(seg.messages, messages)
+    """Extend or realign ``seg`` with ``messages`` -> (alignment, "") or (None, why not)."""
+    ok, why, realigned, notes = compare_prefix(seg, renderer, messages)
     if not ok:
         return None, why
     if tools_key(seg.tools) != tools_key(tools):
         return None, "tools changed"
     effective = list(seg.messages) + list(messages[len(seg.messages) :])
-    held_text = renderer.render_text(seg.messages, seg.tools, add_generation_prompt=False)
+    held_text = seg.held_text(renderer)
     full_text = renderer.render_text(effective, tools, add_generation_prompt=True)
     if not full_text.startswith(held_text):
         return None, "rendered held conversation is not a text prefix of the new rendering"
     suffix = full_text[len(held_text) :]
     tail = renderer.encode(seg.bridge_text + suffix)
     prompt = list(seg.token_ids) + tail
+    added = f"+{len(messages) - len(seg.messages)} messages, +{len(tail)} tokens"
     return (
         Alignment(
-            kind="extend",
+            kind="realign" if realigned else "extend",
             segment_index=seg.segment_index,
             prompt_token_ids=prompt,
             reused_prefix_len=len(seg.token_ids),
-            reason=f"+{len(messages) - len(seg.messages)} messages, +{len(tail)} tokens",
+            reason=("; ".join(notes) + f" (held tokens kept; {added})") if realigned else added,
             extends_turn_index=seg.last_turn_index,
+            segment_kind=seg.segment_kind,
+            realigned_messages=realigned,
+            held_messages=list(seg.messages),
+            held_sampled=dict(seg.sampled),
         ),
         "",
     )
 
 
-def _try_realign(
-    seg: HeldSegment, renderer: Renderer, messages: Sequence[Message], tools: Sequence[dict] | None
-) -> Alignment | None:
-    """Hook for the next issue: the request matches except for a re-serialized last assistant turn."""
-    return None
+def _system(messages: Sequence[Message]) -> str | None:
+    return messages[0].get("content") or "" if messages and messages[0]["role"] == "system" else None
+
+
+def _common_prefix(held: Sequence[Message], new: Sequence[Message]) -> int:
+    n = 0
+    for h, m in zip(held, new):
+        if message_key(h) != message_key(m) and not (h["role"] == m["role"] == "assistant" and realign_diff(h, m, None) is not None):
+            break
+        n += 1
+    return n
+
+
+def classify_fork(state: ThreadState, messages: Sequence[Message], tools: Sequence[dict] | None) -> tuple[str, HeldSegment | None, int]:
+    """-> (segment_kind, parent segment, common message prefix with it)."""
+    best: HeldSegment | None = None
+    best_n = 0
+    for seg in reversed(state.segments):
+        n = _common_prefix(seg.messages, messages)
+        if n > best_n:
+            best, best_n = seg, n
+    active = state.segment(state.active_segment) if state.active_segment is not None else None
+    ref = active or (state.segments[-1] if state.segments else None)
+    parent = best or ref
+    if ref is None:
+        return "main", None, 0
+    same_system = _system(ref.messages) == _system(messages)
+    same_tools = tools_key(ref.tools) == tools_key(tools)
+    if (not tools and ref.tools) or not same_system:
+        return "side", parent, best_n
+    if not same_tools:
+        return "tools_changed", parent, best_n
+    if best is not None and best_n == len(messages):
+        return "retry", parent, best_n
+    if best_n <= (1 if _system(messages) is not None else 0) and len(messages) < len(ref.messages):
+        return "compaction", ref, best_n
+    return "rebuild", parent, best_n
 
 
 def align(state: ThreadState, renderer: Renderer, messages: Sequence[Message], tools: Sequence[dict] | None) -> Alignment:
     """Match a request against a thread's held segments (newest first); see the module doc."""
     if not state.segments:
         prompt = renderer.render_prompt(messages, tools)
-        return Alignment(kind="start", segment_index=state.next_segment, prompt_token_ids=prompt, reused_prefix_len=0, reason="first request of thread")
+        return Alignment(
+            kind="start", segment_index=state.next_segment, prompt_token_ids=prompt, reused_prefix_len=0,
+            reason="first request of thread" + (f" (parent thread {state.parent_thread_id})" if state.parent_thread_id else ""),
+            segment_kind="subagent" if state.parent_thread_id else "main", parent_thread_id=state.parent_thread_id,
+        )
     reasons = []
     for seg in reversed(state.segments):
         got, why = try_extend(seg, renderer, messages, tools)
         if got is not None:
             return got
-        realigned = _try_realign(seg, renderer, messages, tools)
-        if realigned is not None:
-            return realigned
         reasons.append(f"seg {seg.segment_index}: {why}")
     prompt = renderer.render_prompt(messages, tools)
+    kind, parent, common = classify_fork(state, messages, tools)
     return Alignment(
         kind="fork",
         segment_index=state.next_segment,
         prompt_token_ids=prompt,
         reused_prefix_len=0,
-        reason="; ".join(reasons[:3]),
+        reason=f"{kind} (common prefix {common} messages); " + "; ".join(reasons[:3]),
+        segment_kind=kind,
+        parent_thread_id=state.thread_id,
+        parent_segment_index=parent.segment_index if parent else None,
+        forked_from_turn=parent.last_turn_index if parent else None,
     )

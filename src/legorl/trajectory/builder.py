@@ -6,7 +6,9 @@ output. Turn k's output tokens sit at ``[len(prompt_k), len(prompt_k) + len(outp
 because every later turn of the segment *extends* (its prompt starts with the previous turn's
 prompt + output, verbatim), they sit at the same positions in the final sequence. ``loss_mask``
 is 1 exactly there and ``rollout_logprobs`` carries the sampled logprobs there (0 elsewhere).
-A ``start``/``fork`` turn opens a segment; an ``extend`` turn whose prompt does not start with
+``realign`` turns are checked like ``extend`` (the held tokens are reused verbatim for them too).
+The Sample carries the segment's kind and its link (``parent_thread_id``, ``parent_segment_index``,
+``forked_from_turn``) from the event of the turn that opened it. A ``start``/``fork`` turn opens a segment; an ``extend`` turn whose prompt does not start with
 the previous turn's tokens raises :class:`AlignmentBuildError` (it would silently corrupt training
 data).
 """
@@ -58,6 +60,7 @@ def build_samples(turns: Iterable[Turn], rollout_id: str) -> list[Sample]:
             prev = list(t.prompt_token_ids) + list(t.output_token_ids)
 
         assert prev is not None
+        first = spans[0][1].alignment
         token_ids = prev
         n = len(token_ids)
         mask = [0] * n
@@ -79,6 +82,11 @@ def build_samples(turns: Iterable[Turn], rollout_id: str) -> list[Sample]:
                 rollout_logprobs=logprobs,
                 turn_indices=[t.turn_index for _, t in spans],
                 alignment_events=[t.alignment for _, t in spans],
+                session_id=session_id,
+                segment_kind=first.segment_kind,
+                parent_thread_id=first.parent_thread_id,
+                parent_segment_index=first.parent_segment_index,
+                forked_from_turn=first.forked_from_turn,
             )
         )
     samples.sort(key=lambda s: (s.turn_indices[0] if s.turn_indices else 0))

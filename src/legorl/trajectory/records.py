@@ -25,6 +25,14 @@ class AlignmentEvent(BaseModel):
     kind: AlignmentKind
     reason: str = ""
     segment_index: int = 0
+    # what the segment is: main | subagent | side | compaction | rebuild | retry | tools_changed
+    segment_kind: str = "main"
+    # links a start (sub-agent thread) / fork (new segment) to where it came from
+    parent_thread_id: str | None = None
+    parent_segment_index: int | None = None
+    forked_from_turn: int | None = None
+    # realign: indices of the request's messages that were re-serialized (held tokens kept)
+    realigned_messages: list[int] = Field(default_factory=list)
 
 
 class Turn(BaseModel):
@@ -71,6 +79,11 @@ class Sample(BaseModel):
     alignment_events: list[AlignmentEvent] = Field(default_factory=list)
     reward: float | None = None
     advantage: float | None = None
+    session_id: str = ""
+    segment_kind: str = "main"  # see AlignmentEvent.segment_kind
+    parent_thread_id: str | None = None  # the thread / segment / turn this segment was started from
+    parent_segment_index: int | None = None
+    forked_from_turn: int | None = None
 
     @model_validator(mode="after")
     def _lengths_agree(self) -> "Sample":

@@ -1,0 +1,243 @@
+"""OpenAI Responses (``POST /v1/responses``), streaming and not.
+
+Request: ``input`` (a string = one user message, or a list of items: ``message`` items — also
+without ``type`` when they have a ``role`` — with string content or ``input_text`` /
+``output_text`` parts, ``function_call`` items (merged into the preceding assistant message, else
+an empty one), ``function_call_output`` items (-> ``tool`` messages), ``reasoning`` items
+(dropped)), ``instructions`` (-> the system message, first), function ``tools``
+(``{"type": "function", "name", "description", "parameters"}``; other tool types ignored),
+``max_output_tokens``, ``temperature``, ``top_p``, ``stream``, ``previous_response_id``.
+
+``previous_response_id``: the gateway keeps, per session, the conversation of each response it
+produced (input messages without instructions + the output) for the last
+:data:`KEEP_RESPONSES` responses; a request naming one continues from it (the instructions of
+the earlier request are not carried over, as in OpenAI's API). Unknown ids -> 400
+``previous_response_not_found``.
+
+Stream events (``event:`` + ``data:`` lines, each with ``sequence_number``): ``response.created``,
+``response.in_progress``, per output item ``response.output_item.added``, for a message
+``response.content_part.added``, ``response.output_text.delta`` (per token),
+``response.output_text.done``, ``response.content_part.done``, for a function call
+``response.function_call_arguments.delta`` / ``.done``, then ``response.output_item.done``;
+finally ``response.completed`` (or ``response.incomplete`` when cut by ``max_output_tokens``).
+
+Errors: OpenAI's ``{"error": {"message", "type", "param", "code"}}``.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+import uuid
+from typing import TYPE_CHECKING, Any, AsyncIterator
+
+from pydantic import Field, ValidationError
+
+from legorl.errors import InvalidRequestError
+from legorl.gateway.dialects.base import CoreCall, Dialect, GatewayError, Loose, openai_validation_error, split_json_pieces, sse, text_pieces
+from legorl.gateway.renderer import _parse_arguments, normalize_tools
+
+if TYPE_CHECKING:  # pragma: no cover
+    from legorl.gateway.app import Completion, Gateway
+
+DIALECT = "openai.responses"
+KEEP_RESPONSES = 256
+
+
+class ResponsesRequest(Loose):
+    input: str | list[dict[str, Any]]
+    model: str | None = None
+    instructions: str | None = None
+    max_output_tokens: int | None = Field(default=None, ge=1)
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    top_p: float | None = Field(default=None, gt=0, le=1)
+    stream: bool | None = False
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: Any = None
+    previous_response_id: str | None = None
+    seed: int | None = None  # not OpenAI's; handy for tests
+    metadata: dict[str, Any] | None = None
+
+
+def _parts_text(content: Any, where: str) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise GatewayError(400, f"Invalid value for '{where}': expected a string or a list of content parts.", param=where)
+    out = []
+    for i, p in enumerate(content):
+        if isinstance(p, str):
+            out.append(p)
+        elif isinstance(p, dict) and p.get("type") in ("input_text", "output_text", "text", "refusal"):
+            out.append(str(p.get("text", p.get("refusal", ""))))
+        elif isinstance(p, dict) and p.get("type") in ("input_image", "input_file"):
+            out.append(f"[{p['type'][6:]} omitted]")
+        else:
+            kind = p.get("type") if isinstance(p, dict) else type(p).__name__
+            raise GatewayError(400, f"Invalid value for '{where}[{i}].type': {kind!r} is not supported.", param=f"{where}[{i}].type")
+    return "".join(out)
+
+
+def items_to_messages(items: str | list[dict[str, Any]]) -> list[dict]:
+    if isinstance(items, str):
+        return [{"role": "user", "content": items}]
+    out: list[dict] = []
+    for i, it in enumerate(items):
+        where = f"input[{i}]"
+        kind = it.get("type") or ("message" if "role" in it else None)
+        if kind == "message":
+            role = it.get("role")
+            if role in ("system", "developer"):
+                role = "system"
+            if role not in ("system", "user", "assistant"):
+                raise GatewayError(400, f"Invalid value for '{where}.role': {role!r}.", param=f"{where}.role")
+            out.append({"role": role, "content": _parts_text(it.get("content"), f"{where}.content")})
+        elif kind == "function_call":
+            for f in ("name", "call_id"):
+                if not isinstance(it.get(f), str):
+                    raise GatewayError(400, f"Missing required parameter: '{where}.{f}'.", param=f"{where}.{f}", code="missing_required_parameter")
+            call = {"id": it["call_id"], "name": it["name"], "arguments": _parse_arguments(it.get("arguments"))}
+            if out and out[-1]["role"] == "assistant":
+                out[-1].setdefault("tool_calls", []).append(call)
+            else:
+                out.append({"role": "assistant", "content": "", "tool_calls": [call]})
+        elif kind == "function_call_output":
+            if not isinstance(it.get("call_id"), str):
+                raise GatewayError(400, f"Missing required parameter: '{where}.call_id'.", param=f"{where}.call_id", code="missing_required_parameter")
+            out.append({"role": "tool", "tool_call_id": it["call_id"], "content": _parts_text(it.get("output"), f"{where}.output")})
+        elif kind == "reasoning":
+            continue
+        else:
+            raise GatewayError(400, f"Invalid value for '{where}.type': {kind!r} is not supported.", param=f"{where}.type")
+    return out
+
+
+class OpenAIResponses(Dialect):
+    name = DIALECT
+    context_param = "input"
+
+    def __init__(self) -> None:
+        self._convs: dict[str, collections.OrderedDict[str, list[dict]]] = {}
+        self._lock = threading.Lock()
+
+    # conversations kept for previous_response_id
+    def _get(self, session_id: str, rid: str) -> list[dict] | None:
+        with self._lock:
+            conv = self._convs.get(session_id, {}).get(rid)
+            return list(conv) if conv is not None else None
+
+    def _put(self, session_id: str, rid: str, messages: list[dict]) -> None:
+        with self._lock:
+            d = self._convs.setdefault(session_id, collections.OrderedDict())
+            d[rid] = messages
+            while len(d) > KEEP_RESPONSES:
+                d.popitem(last=False)
+
+    def parse(self, gw, session, body, request) -> CoreCall:
+        try:
+            req = ResponsesRequest.model_validate(body)
+        except ValidationError as exc:
+            raise openai_validation_error(exc) from None
+        history: list[dict] = []
+        if req.previous_response_id:
+            prev = self._get(session.session_id, req.previous_response_id)
+            if prev is None:
+                raise GatewayError(400, f"Previous response with id '{req.previous_response_id}' not found.",
+                                   param="previous_response_id", code="previous_response_not_found")
+            history = prev
+        conv = history + items_to_messages(req.input)
+        messages = ([{"role": "system", "content": req.instructions}] if req.instructions else []) + conv
+        if not messages:
+            raise GatewayError(400, "Invalid value for 'input': no messages.", param="input")
+        fn_tools = [t for t in (req.tools or []) if t.get("type", "function") == "function"]
+        try:
+            tools = normalize_tools(fn_tools or None)
+        except InvalidRequestError as exc:
+            raise GatewayError(400, str(exc), param="tools") from None
+        return CoreCall(
+            messages=messages, tools=tools, max_tokens=req.max_output_tokens, temperature=req.temperature,
+            top_p=req.top_p, seed=req.seed, stream=bool(req.stream),
+            extra={"session_id": session.session_id, "conversation": conv, "request": req},
+        )
+
+    def make_response(self, gw: "Gateway", call: CoreCall, completion: "Completion") -> dict:
+        req: ResponsesRequest = call.extra["request"]
+        parsed = completion.parsed
+        output: list[dict] = []
+        if parsed.content or not parsed.tool_calls:
+            output.append({"type": "message", "id": "msg_" + uuid.uuid4().hex, "status": "completed", "role": "assistant",
+                           "content": [{"type": "output_text", "text": parsed.content, "annotations": [], "logprobs": []}]})
+        for c in parsed.tool_calls:
+            output.append({"type": "function_call", "id": "fc_" + uuid.uuid4().hex, "call_id": c.id, "name": c.name,
+                           "arguments": c.arguments_json(), "status": "completed"})
+        incomplete = completion.finish_reason == "length"
+        n_out = len(completion.output_token_ids)
+        rid = "resp_" + uuid.uuid4().hex
+        resp = {
+            "id": rid,
+            "object": "response",
+            "created_at": int(time.time()),
+            "status": "incomplete" if incomplete else "completed",
+            "error": None,
+            "incomplete_details": {"reason": "max_output_tokens"} if incomplete else None,
+            "instructions": req.instructions,
+            "max_output_tokens": req.max_output_tokens,
+            "model": gw.model_name,
+            "output": output,
+            "parallel_tool_calls": True,
+            "previous_response_id": req.previous_response_id,
+            "reasoning": {"effort": None, "summary": None},
+            "store": True,
+            "temperature": req.temperature if req.temperature is not None else 1.0,
+            "text": {"format": {"type": "text"}},
+            "tool_choice": req.tool_choice if isinstance(req.tool_choice, (str, dict)) else "auto",
+            "tools": req.tools or [],
+            "top_p": req.top_p if req.top_p is not None else 1.0,
+            "truncation": "disabled",
+            "usage": {
+                "input_tokens": completion.prompt_tokens,
+                "input_tokens_details": {"cached_tokens": completion.cached_prompt_tokens},
+                "output_tokens": n_out,
+                "output_tokens_details": {"reasoning_tokens": 0},
+                "total_tokens": completion.prompt_tokens + n_out,
+            },
+            "metadata": req.metadata or {},
+            "x_legorl": gw.legorl_info(completion),
+        }
+        assistant = parsed.message()
+        self._put(call.extra["session_id"], rid, list(call.extra["conversation"]) + [assistant])
+        return resp
+
+    async def stream(self, gw: "Gateway", call: CoreCall, completion: "Completion") -> AsyncIterator[bytes]:
+        resp = completion.turn.response
+        seq = 0
+
+        def ev(kind: str, **data: Any) -> bytes:
+            nonlocal seq
+            out = sse({"type": kind, "sequence_number": seq, **data}, kind)
+            seq += 1
+            return out
+
+        pending = {**resp, "status": "in_progress", "output": [], "usage": None, "incomplete_details": None}
+        yield ev("response.created", response=pending)
+        yield ev("response.in_progress", response=pending)
+        for oi, item in enumerate(resp["output"]):
+            if item["type"] == "message":
+                text = item["content"][0]["text"]
+                yield ev("response.output_item.added", output_index=oi, item={**item, "status": "in_progress", "content": []})
+                part0 = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
+                yield ev("response.content_part.added", item_id=item["id"], output_index=oi, content_index=0, part=part0)
+                for piece in text_pieces(gw.renderer, text):
+                    yield ev("response.output_text.delta", item_id=item["id"], output_index=oi, content_index=0, delta=piece, logprobs=[])
+                yield ev("response.output_text.done", item_id=item["id"], output_index=oi, content_index=0, text=text, logprobs=[])
+                yield ev("response.content_part.done", item_id=item["id"], output_index=oi, content_index=0, part=item["content"][0])
+            else:
+                yield ev("response.output_item.added", output_index=oi, item={**item, "status": "in_progress", "arguments": ""})
+                for piece in split_json_pieces(gw.renderer, item["arguments"]):
+                    yield ev("response.function_call_arguments.delta", item_id=item["id"], output_index=oi, delta=piece)
+                yield ev("response.function_call_arguments.done", item_id=item["id"], output_index=oi, name=item["name"], arguments=item["arguments"])
+            yield ev("response.output_item.done", output_index=oi, item=item)
+        yield ev("response.incomplete" if resp["status"] == "incomplete" else "response.completed", response=resp)

@@ -1,0 +1,122 @@
+"""``legorl tasks list|check|synth``: task suites (tasks/loader.py, tasks/check.py, tasks/synth.py).
+
+Only typer and rich are imported at module level; loaders, sandboxes and the grader load inside commands.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+app = typer.Typer(no_args_is_help=True, help="Task suites: list them, validate them, synthesize new ones.")
+console = Console()
+
+
+def _fail(exc: Exception, code: int = 2) -> None:
+    console.print(f"[bold red]error:[/] {exc}", soft_wrap=True)
+    raise typer.Exit(code)
+
+
+@app.command("list")
+def list_(suite: Optional[str] = typer.Argument(None, help="Suite name or path; omit to list the built-in suites.")) -> None:
+    """List the built-in suites, or the tasks of one suite."""
+    from legorl.errors import LegoRLError
+    from legorl.tasks.loader import builtin_suites, load_suite
+
+    try:
+        if suite is None:
+            table = Table(title="built-in task suites")
+            table.add_column("suite")
+            table.add_column("tasks", justify="right")
+            total = 0
+            for name in builtin_suites():
+                n = len(load_suite(name))
+                total += n
+                table.add_row(name, str(n))
+            table.add_row("builtin (all)", str(total))
+            console.print(table)
+            return
+        tasks = load_suite(suite)
+    except LegoRLError as exc:
+        _fail(exc)
+    table = Table(title=f"{suite}: {len(tasks)} tasks")
+    for col in ("task", "tier", "repo", "F2P", "P2P", "hidden tests"):
+        table.add_column(col, no_wrap=col == "task", justify="right" if col in ("F2P", "P2P") else "left")
+    for t in tasks:
+        table.add_row(t.instance_id, t.tier, t.repo, str(len(t.FAIL_TO_PASS)), str(len(t.PASS_TO_PASS)),
+                      "yes" if t.test_patch.strip() else "no")
+    console.print(table)
+
+
+@app.command("check")
+def check(
+    suite: str = typer.Argument(..., help="Suite name (trivial, easy, medium, builtin) or path (dir, .jsonl, .json)."),
+    backend: str = typer.Option("bwrap", "--backend", help="Sandbox backend: bwrap or podman."),
+    workers: int = typer.Option(2, "--workers", min=1, help="Tasks checked in parallel."),
+    timeout: float = typer.Option(120, "--timeout", help="Seconds per test run."),
+) -> None:
+    """Validate every task: the gold patch resolves it, the empty patch fails every FAIL_TO_PASS test."""
+    from legorl.errors import LegoRLError
+    from legorl.tasks.check import check_suite, get_backend
+    from legorl.tasks.loader import load_suite
+
+    try:
+        tasks = load_suite(suite)
+        sandbox_backend = get_backend(backend)
+    except LegoRLError as exc:
+        _fail(exc)
+    console.print(f"checking {len(tasks)} tasks of {suite} on {backend} with {workers} workers")
+    started = time.monotonic()
+    results = check_suite(tasks, sandbox_backend, workers=workers, timeout=timeout)
+    wall = time.monotonic() - started
+
+    table = Table(title=f"tasks check {suite} ({backend})")
+    table.add_column("task", no_wrap=True)
+    table.add_column("gold")
+    table.add_column("empty")
+    table.add_column("seconds", justify="right")
+    table.add_column("problem", overflow="fold")
+    style = {"ok": "green", "fail": "red", "env": "yellow", "-": "dim"}
+    for r in results:
+        table.add_row(r.instance_id, f"[{style[r.gold]}]{r.gold}[/]", f"[{style[r.empty]}]{r.empty}[/]",
+                      f"{r.seconds:.1f}", "; ".join(r.problems))
+    console.print(table)
+    broken = [r for r in results if not r.ok]
+    for r in broken:
+        console.print(f"BROKEN {r.instance_id}: {'; '.join(r.problems) or 'not ok'}", soft_wrap=True, markup=False)
+    console.print(f"{len(results)} tasks: {len(results) - len(broken)} ok, {len(broken)} broken; "
+                  f"wall {wall:.1f}s, {sum(r.seconds for r in results):.1f} task-seconds")
+    if broken:
+        raise typer.Exit(1)
+
+
+@app.command("synth")
+def synth(
+    repo: Path = typer.Argument(..., help="A local Python repository whose tests pass."),
+    out: Path = typer.Option(..., "--out", help="Output .jsonl file; mutated repos go to FILE.d/."),
+    max_tasks: int = typer.Option(10, "--max", min=1, help="At most this many tasks."),
+    seed: int = typer.Option(0, "--seed", help="Random seed for the order in which mutations are tried."),
+    timeout: Optional[float] = typer.Option(None, "--timeout", help="Seconds per test run (default 5x baseline)."),
+    tier: str = typer.Option("trivial", "--tier", help="Tier recorded in the tasks."),
+    quiet: bool = typer.Option(False, "--quiet", help="Only print the summary."),
+) -> None:
+    """Synthesize tasks by mutating REPO (SWE-smith style); keeps mutations that break some tests."""
+    from legorl.errors import LegoRLError
+    from legorl.tasks.synth import synthesize
+
+    if tier not in ("trivial", "easy", "medium"):
+        _fail(ValueError(f"--tier must be trivial, easy or medium, not {tier!r}"))
+    started = time.monotonic()
+    try:
+        tasks = synthesize(repo, out, max_tasks=max_tasks, seed=seed, timeout=timeout, tier=tier,  # type: ignore[arg-type]
+                           on_event=None if quiet else (lambda msg: console.print(msg, markup=False, soft_wrap=True)))
+    except LegoRLError as exc:
+        _fail(exc)
+    console.print(f"wrote {len(tasks)} tasks to {out} (repos in {out.name}.d/) in {time.monotonic() - started:.1f}s")
+    if not tasks:
+        raise typer.Exit(1)

@@ -1,0 +1,1 @@
+"""Word frequencies of plain text."""

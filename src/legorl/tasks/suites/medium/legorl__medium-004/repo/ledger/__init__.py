@@ -1,0 +1,1 @@
+"""A small bookkeeping library; amounts are integer cents."""

@@ -1,0 +1,21 @@
+"""Inline markup: `code`, **bold**, *emphasis*."""
+
+import re
+
+from minimd.escape import escape
+
+CODE = re.compile(r"`([^`]+)`")
+BOLD = re.compile(r"\*\*(.+?)\*\*")
+EM = re.compile(r"\*(.+?)\*")
+
+
+def render_inline(text):
+    """Inline HTML for text; the content of code spans is escaped but not otherwise formatted."""
+    text = _format(text)
+    return CODE.sub(r"<code>\1</code>", text)
+
+
+def _format(text):
+    text = escape(text)
+    text = BOLD.sub(r"<strong>\1</strong>", text)
+    return EM.sub(r"<em>\1</em>", text)

@@ -1,0 +1,1 @@
+"""Percent-encoding, query strings and URLs."""

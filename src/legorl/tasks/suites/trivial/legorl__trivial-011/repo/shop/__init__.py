@@ -1,0 +1,1 @@
+"""Prices, discounts, tax and a shopping cart."""

@@ -1,0 +1,1 @@
+"""Stock levels keyed by item name."""

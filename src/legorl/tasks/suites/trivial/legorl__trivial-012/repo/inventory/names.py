@@ -1,0 +1,11 @@
+"""Item names are compared without case or surrounding spaces."""
+
+
+def normalize(name):
+    """Canonical form of an item name."""
+    return name.lstrip().lower()
+
+
+def same_item(a, b):
+    """True when two names refer to the same item."""
+    return normalize(a) == normalize(b)

@@ -1,0 +1,1 @@
+"""Ranges, ratios and integer sequences."""

@@ -1,0 +1,1 @@
+"""Areas, perimeters and points in the plane."""

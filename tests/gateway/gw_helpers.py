@@ -1,0 +1,232 @@
+"""Shared test doubles and helpers for the dialect tests (live server on 127.0.0.1).
+
+* :class:`FakeEngine` — no model: replies with scripted texts (tokenized), fake logprobs; can
+  block (``gate``) to test disconnects; counts active requests like the real engine's health.
+* :class:`ScriptedRealEngine` — wraps the real :class:`EmbeddedEngine`. While ``script`` holds
+  texts, a call emits exactly ``encode(text) + [<|im_end|>]`` with logprobs from a plain full
+  forward pass of the engine's own model (fp32, no KV cache: a different code path from
+  ``compute_token_logprobs``), so tool calls are sampled deterministically *and* the
+  recompute check is meaningful; when the script is empty it delegates to the real engine
+  (real sampling, real logprobs).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+
+import pytest
+
+from legorl.engines.base import EngineHealth, GenerationResult
+from legorl.gateway.app import Gateway
+from legorl.gateway.renderer import ChatTemplateRenderer, load_smollm2_gguf_tokenizer
+from legorl.gateway.server import GatewayServer
+from legorl.gateway.sessions import SessionRegistry
+from legorl.trajectory.store import RunStore
+
+IM_END = 2
+
+TOOLS_OPENAI = [
+    {"type": "function", "function": {"name": "bash", "description": "Run a shell command.",
+     "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}, "timeout": {"type": "integer"}}, "required": ["cmd"]}}},
+    {"type": "function", "function": {"name": "write", "description": "Write a file.",
+     "parameters": {"type": "object", "properties": {"path": {"type": "string"}, "text": {"type": "string"}}, "required": ["path", "text"]}}},
+]
+TOOLS_ANTHROPIC = [{"name": t["function"]["name"], "description": t["function"]["description"], "input_schema": t["function"]["parameters"]} for t in TOOLS_OPENAI]
+TOOLS_RESPONSES = [{"type": "function", **t["function"]} for t in TOOLS_OPENAI]
+
+# Four tool calls as the model "samples" them, each spelled differently from the renderer's
+# canonical format (compact JSON, keys reordered, no newlines around the block, ...).
+SAMPLED_CALLS = [
+    '<tool_call>\n{"name":"bash","arguments":{"cmd":"ls -la","timeout":5}}\n</tool_call>',
+    '<tool_call>\n{"arguments": {"text": "x = 1\\n", "path": "a.py"}, "name": "write"}\n</tool_call>',
+    'Let me check.\n<tool_call>\n{"name": "bash",  "arguments": {"timeout": 3, "cmd": "cat a.py"}}\n</tool_call>',
+    '<tool_call>{"name": "bash", "arguments": {"cmd": "python a.py"}}</tool_call>',
+]
+
+
+def respell(args: dict, k: int) -> str:
+    """How a client might re-serialize tool-call arguments (differently from what was sampled)."""
+    items = list(args.items())
+    if k % 3 == 0:
+        return json.dumps(dict(reversed(items)), separators=(",", ":"))
+    if k % 3 == 1:
+        return json.dumps(dict(sorted(items)), indent=2)
+    return json.dumps(dict(reversed(items)))
+
+
+class FakeEngine:
+    def __init__(self, tokenizer, replies=None, max_context: int = 512):
+        self.tok = tokenizer
+        self.replies = list(replies or [])
+        self.model_name = "fake"
+        self.max_context = max_context
+        self.prompts: list[list[int]] = []
+        self.gate: asyncio.Event | None = None  # when set, generate() waits for it
+        self.active = 0
+        self.cancelled = 0
+
+    @property
+    def weight_version(self) -> int:
+        return 1
+
+    async def generate(self, prompt_token_ids, sampling):
+        self.prompts.append(list(prompt_token_ids))
+        self.active += 1
+        try:
+            if self.gate is not None:
+                await self.gate.wait()
+            reply = self.replies.pop(0) if self.replies else "ok"
+            if isinstance(reply, BaseException):
+                raise reply
+            ids = self.tok.encode(reply, add_special_tokens=False)
+            if len(ids) >= sampling.max_tokens:
+                ids, finish = ids[: sampling.max_tokens], "length"
+            else:
+                ids, finish = ids + [IM_END], "stop"
+            return GenerationResult(ids, [-0.5] * len(ids), finish, 1, len(prompt_token_ids), cached_prompt_tokens=3)
+        except asyncio.CancelledError:
+            self.cancelled += 1
+            raise
+        finally:
+            self.active -= 1
+
+    async def update_weights(self, state_dict, version=None):
+        return 1
+
+    def health(self):
+        return EngineHealth(True, "fake", 1, self.active)
+
+    async def close(self):
+        pass
+
+
+class ScriptedRealEngine:
+    def __init__(self, real):
+        self.real = real
+        self.model_name = real.model_name
+        self.max_context = real.max_context
+        self.script: list[str] = []
+        self.scripted_calls = 0
+
+    @property
+    def weight_version(self) -> int:
+        return self.real.weight_version
+
+    def _forward_logprobs(self, prompt: list[int], out: list[int]) -> list[float]:
+        import torch
+
+        ids = torch.tensor([prompt + out], dtype=torch.long)
+        with torch.no_grad():
+            logits = self.real.model(input_ids=ids, use_cache=False).logits[0].float()
+        lp = torch.log_softmax(logits, dim=-1)
+        n = len(prompt)
+        return [float(lp[n - 1 + j, t]) for j, t in enumerate(out)]
+
+    async def generate(self, prompt_token_ids, sampling):
+        if not self.script:
+            return await self.real.generate(prompt_token_ids, sampling)
+        text = self.script.pop(0)
+        out = self.real.tokenizer.encode(text, add_special_tokens=False) + [IM_END]
+        lps = await asyncio.to_thread(self._forward_logprobs, list(prompt_token_ids), out)
+        self.scripted_calls += 1
+        return GenerationResult(out, lps, "stop", self.weight_version, len(prompt_token_ids))
+
+    async def update_weights(self, state_dict, version=None):
+        return await self.real.update_weights(state_dict, version)
+
+    def health(self):
+        return self.real.health()
+
+    async def close(self):
+        pass
+
+
+class LiveServer:
+    """A GatewayServer on its own event loop in a background thread."""
+
+    def __init__(self, gw: Gateway):
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.srv = GatewayServer(gw, port=0)
+        asyncio.run_coroutine_threadsafe(self.srv.start(), self.loop).result(30)
+
+    def call(self, fn):
+        """Run ``fn()`` on the server's loop (e.g. to set an asyncio.Event)."""
+        return self.loop.call_soon_threadsafe(fn)
+
+    def close(self):
+        asyncio.run_coroutine_threadsafe(self.srv.stop(), self.loop).result(30)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+
+
+@pytest.fixture(scope="module")
+def smol_tok():
+    return load_smollm2_gguf_tokenizer()
+
+
+@pytest.fixture
+def fake(smol_tok, tmp_path):
+    eng = FakeEngine(smol_tok)
+    gw = Gateway(eng, ChatTemplateRenderer(smol_tok), SessionRegistry(), RunStore(tmp_path / "run"), "smollm2-135m")
+    live = LiveServer(gw)
+    yield gw, eng, live
+    live.close()
+
+
+@pytest.fixture(scope="module")
+def real_gw(tmp_path_factory):
+    from legorl.engines.embedded import EmbeddedEngine
+
+    real = EmbeddedEngine.from_pretrained("smollm2-135m")
+    eng = ScriptedRealEngine(real)
+    d = tmp_path_factory.mktemp("real")
+    gw = Gateway(eng, ChatTemplateRenderer(real.tokenizer), SessionRegistry(), RunStore(d / "run"), "smollm2-135m")
+    live = LiveServer(gw)
+    yield gw, eng, live
+    live.close()
+    real.shutdown()
+
+
+def pearson(a, b) -> float:
+    import math
+
+    n = len(a)
+    ma, mb = sum(a) / n, sum(b) / n
+    cov = sum((x - ma) * (y - mb) for x, y in zip(a, b))
+    va = math.sqrt(sum((x - ma) ** 2 for x in a))
+    vb = math.sqrt(sum((y - mb) ** 2 for y in b))
+    return cov / (va * vb)
+
+
+def check_samples_exact(gw, token, rid, expect_samples: int = 1):
+    """The built Samples hold 100% of the sampled ids in order; recomputed logprobs (fp32, the
+    engine's model) correlate ≥ 0.9999 with the recorded ones at loss-mask positions."""
+    from legorl.trajectory.builder import build_samples
+    from legorl.training.logprobs import compute_token_logprobs
+    import torch
+
+    turns = [t for t in gw.session_turns(token) if not t.failed]
+    samples = build_samples(turns, rid)
+    assert len(samples) == expect_samples
+    model = gw.engine.real.model
+    rec, rcp = [], []
+    total = 0
+    for s in samples:
+        seg_turns = [t for t in turns if t.turn_index in s.turn_indices]
+        sampled = [tid for t in seg_turns for tid in t.output_token_ids]
+        assert [tid for m, tid in zip(s.loss_mask, s.token_ids) if m] == sampled
+        total += len(sampled)
+        with torch.no_grad():
+            lp = compute_token_logprobs(model, s.token_ids).tolist()
+        rec += [x for m, x in zip(s.loss_mask, s.rollout_logprobs) if m]
+        rcp += [x for m, x in zip(s.loss_mask, lp) if m]
+    assert total == sum(len(t.output_token_ids) for t in turns)  # 100% of sampled ids
+    r = pearson(rec, rcp)
+    mad = sum(abs(x - y) for x, y in zip(rec, rcp)) / len(rec)
+    print(f"[{rid}] samples={len(samples)} sampled_tokens={total} pearson={r:.6f} mean|dlogp|={mad:.5f}")
+    assert r >= 0.9999
+    return samples, r

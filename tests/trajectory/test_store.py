@@ -1,0 +1,155 @@
+"""RunStore: SQLite index + Parquet token arrays; durability, concurrency, export."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pyarrow.parquet as pq
+import pytest
+
+from legorl.store import RunStore, export_run, open_run
+from legorl.trajectory.builder import build_samples
+from legorl.trajectory.records import AlignmentEvent, Rollout, Turn
+
+
+def turn(i, session="s", thread="main", kind=None, prompt=None, out=None, seg=0):
+    prompt = prompt if prompt is not None else [1, 2, 3]
+    out = out if out is not None else [10 + i, 11 + i]
+    return Turn(
+        session_id=session, thread_id=thread, turn_index=i, dialect="openai.chat", prompt_token_ids=prompt,
+        output_token_ids=out, output_logprobs=[-0.25 * (k + 1) for k in range(len(out))], sampling={"temperature": 1.0},
+        weight_version=2, finish_reason="stop", alignment=AlignmentEvent(turn_index=i, kind=kind or ("start" if i == 0 else "extend"), segment_index=seg),
+        request={"messages": [{"role": "user", "content": "héllo"}]}, response={"id": f"x{i}"}, timings={"total_s": 0.01},
+    )
+
+
+def chain(session="s", n=3):
+    ts, toks = [], [1, 2, 3]
+    for i in range(n):
+        t = turn(i, session, prompt=list(toks))
+        ts.append(t)
+        toks = toks + t.output_token_ids + [5]
+    return ts
+
+
+def test_round_trip_and_compaction(tmp_path):
+    st = RunStore(tmp_path)
+    ts = chain()
+    for t in ts:
+        st.append_turn(t)
+    assert list(st.iter_turns("s")) == ts
+    assert st.get_turn("s", 1) == ts[1] and st.get_turn("s", 9) is None
+    r = Rollout(rollout_id="s", session_id="s", task_id="t", harness="h", sandbox="bwrap", reward=1.0,
+                samples=build_samples(ts, "s"))
+    st.append_rollout(r)
+    assert st.compact() == {"turns": 3, "samples": 1}
+    assert list((tmp_path / "tokens").glob("*.parquet"))
+    # arrays now come from Parquet; records are unchanged
+    assert list(st.iter_turns()) == ts
+    [back] = list(st.iter_rollouts())
+    assert back == r
+    assert st.samples("s") == r.samples
+    assert st.turn_index("s")[2]["kind"] == "extend"
+    st.close()
+
+
+def test_samples_built_from_turns_when_rollout_has_none(tmp_path):
+    st = RunStore(tmp_path)
+    for t in chain("sess"):
+        st.append_turn(t)
+    st.append_rollout(Rollout(rollout_id="r", session_id="sess", task_id="t", harness="h", sandbox="x", reward=0.5))
+    [s] = st.samples("r")
+    assert s.reward == 0.5 and s.num_sampled == 6 and s.session_id == "sess"
+
+
+def test_durable_across_reopen_and_sigkill(tmp_path):
+    code = (
+        "import sys, time; sys.path.insert(0, %r)\n"
+        "from test_store import turn\nfrom legorl.trajectory.store import RunStore\n"
+        "st = RunStore(%r)\n"
+        "for i in range(5): st.append_turn(turn(i))\n"
+        "print('written', flush=True); time.sleep(60)\n"
+    ) % (os.path.dirname(__file__), str(tmp_path))
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "written"
+        os.kill(p.pid, signal.SIGKILL)  # no close(), no compaction: only the committed WAL
+    finally:
+        p.wait(10)
+    st = open_run(tmp_path)
+    assert [t.turn_index for t in st.iter_turns("s")] == [0, 1, 2, 3, 4]
+
+
+def test_concurrent_writers_from_threads(tmp_path):
+    st = RunStore(tmp_path, compact_every=50)  # background compaction runs while writers write
+    errors = []
+
+    def writer(k):
+        try:
+            for i in range(40):
+                st.append_turn(turn(i, session=f"s{k}", out=[k, i]))
+        except Exception as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    ths = [threading.Thread(target=writer, args=(k,)) for k in range(8)]
+    for t in ths:
+        t.start()
+    for t in ths:
+        t.join()
+    assert not errors
+    for k in range(8):
+        got = list(st.iter_turns(f"s{k}"))
+        assert [t.turn_index for t in got] == list(range(40))
+        assert all(t.output_token_ids == [k, t.turn_index] for t in got)
+    st.close()
+    assert len(list(open_run(tmp_path).iter_turns())) == 320
+
+
+def test_append_turn_p50_under_2ms(tmp_path):
+    st = RunStore(tmp_path)
+    big = turn(0, prompt=list(range(4000)), out=list(range(200)))
+    ds = []
+    for i in range(200):
+        t = big.model_copy(update={"turn_index": i})
+        t0 = time.perf_counter()
+        st.append_turn(t)
+        ds.append(time.perf_counter() - t0)
+    ds.sort()
+    assert ds[len(ds) // 2] < 2e-3, ds[len(ds) // 2]
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "jsonl"])
+def test_export(tmp_path, fmt):
+    st = RunStore(tmp_path / "run")
+    for t in chain("a"):
+        st.append_turn(t)
+    for t in chain("b", 2):
+        st.append_turn(t)
+    st.append_rollout(Rollout(rollout_id="a", session_id="a", task_id="t", harness="h", sandbox="x", reward=1.0,
+                              samples=build_samples(chain("a"), "a")))
+    st.close()
+    res = export_run(tmp_path / "run", tmp_path / "out", format=fmt)
+    assert (res["num_samples"], res["num_turns"]) == (2, 5)
+    if fmt == "parquet":
+        samples = pq.read_table(res["samples"]).to_pylist()
+        turns = pq.read_table(res["turns"]).to_pylist()
+    else:
+        samples = [json.loads(l) for l in open(res["samples"])]
+        turns = [json.loads(l) for l in open(res["turns"])]
+    by = {s["rollout_id"]: s for s in samples}
+    assert by["a"]["reward"] == 1.0 and by["b"]["reward"] is None
+    assert sum(by["a"]["loss_mask"]) == 6 and len(by["a"]["token_ids"]) == len(by["a"]["rollout_logprobs"])
+    assert (by["a"]["thread_id"], by["a"]["segment_index"]) == ("main", 0)
+    assert [t["turn_index"] for t in turns if t["session_id"] == "b"] == [0, 1]
+
+
+def test_legacy_jsonl_is_imported(tmp_path):
+    ts = chain()
+    (tmp_path / "turns.jsonl").write_text("".join(t.model_dump_json() + "\n" for t in ts) + '{"torn')
+    assert list(open_run(tmp_path).iter_turns()) == ts
