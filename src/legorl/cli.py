@@ -110,13 +110,16 @@ def demo(
     tasks_per_step: int = typer.Option(3, help="Tasks per step."),
     run_dir: Path = typer.Option(Path("runs/demo"), help="Run directory."),
     model: str = typer.Option("smollm2-135m", help="Model name or local directory."),
+    temperature: float = typer.Option(
+        0.4, help="Sampling temperature; the trainer recomputes at the same one. SmolLM2-135M (Q4 GGUF) "
+        "almost never solves a task at 1.0, and a group without reward variance trains nothing."),
 ) -> None:
     """The walking skeleton end to end on the embedded model: trivial tasks, minimal harness, GSPO."""
     from legorl.config import RunConfig
 
     try:
         cfg = RunConfig.load(None, steps=steps, group_size=group_size, tasks_per_step=tasks_per_step,
-                             run_dir=str(run_dir), **{"engine.model": model})
+                             run_dir=str(run_dir), **{"engine.model": model, "rollout.temperature": temperature})
     except LegoRLError as exc:
         _fail(exc)
     _summary(_run(cfg), run_dir)

@@ -349,7 +349,7 @@ async def test_real_16_concurrent_sessions(real):
         turns = gw.session_turns(token)
         assert [t.response["id"] for t in turns] == ids
         assert all(rid in gw.renderer.decode(t.prompt_token_ids) for t in turns)
-        assert [t.alignment.kind for t in turns] == ["start", "extend"]
+        assert [t.alignment.kind for t in turns] in (["start", "extend"], ["start", "realign"])  # realign: client trimmed the sampled text
         assert [t.session_id for t in store.iter_turns(rid)] == [rid, rid]
         assert len(build_samples(turns, rid)) == 1
     print(f"16 sessions x 2 turns in {elapsed:.1f}s")

@@ -1,6 +1,6 @@
 from pathlib import Path
 
-from legorl.harnesses.minimal_agent import parse_edits, source_files
+from legorl.harnesses.minimal_agent import parse_edits, relevant_files, source_files
 
 KNOWN = [Path("calc/ops.py"), Path("calc/util.py")]
 
@@ -38,3 +38,15 @@ def test_source_files_skip_tests(tmp_path):
     (tmp_path / "tests" / "test_mod.py").write_text("def test(): pass\n")
     (tmp_path / "conftest.py").write_text("")
     assert source_files(tmp_path) == [Path("pkg/mod.py")]
+
+
+def test_relevant_files_named_by_issue_or_traceback():
+    files = [Path("calc/arith.py"), Path("calc/stats.py")]
+    assert relevant_files(files, "`calc.arith.add(2, 3)` returns -1", "") == [Path("calc/arith.py")]
+    assert relevant_files(files, "adding is broken", "calc/stats.py:4: in mean") == [Path("calc/stats.py")]
+    assert relevant_files(files, "something is wrong", "") == files
+
+
+def test_invented_path_with_one_shown_file_rewrites_that_file():
+    edits, _ = parse_edits("mathx/ops.py\n```python\nx = 1\n```", [Path("calc/arith.py")])
+    assert edits == {"calc/arith.py": "x = 1\n"}

@@ -15,7 +15,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.sandbox]
 
 def test_one_training_step_end_to_end(tmp_path):
     cfg = RunConfig.load(None, run_dir=str(tmp_path / "run"), steps=1, tasks_per_step=1, group_size=2,
-                         **{"rollout.max_turns": 2, "rollout.max_tokens_per_turn": 200})
+                         **{"rollout.max_turns": 2, "rollout.max_tokens_per_turn": 200, "rollout.temperature": 0.4})
     history = asyncio.run(train(cfg))
     run = tmp_path / "run"
     store = open_run(run)

@@ -1,20 +1,48 @@
 """The grader: a verdict on an agent's diff, in a fresh sandbox (DESIGN.md §7 "after" stage).
 
-Stages: take only the diff; drop every file section that touches a test file (``task.test_files``,
-files the ``test_patch`` touches) or test configuration (``conftest.py``, ``pytest.ini``,
-``setup.cfg``, ``tox.ini``, ``sitecustomize.py``/``usercustomize.py``, ``*.pth``, the
-``[tool.pytest*]`` tables of ``pyproject.toml``), flagging each; apply what is left with
-``git apply`` to a fresh copy of ``task.source_dir`` (test files therefore stay pristine); apply
-``task.test_patch``; run the expected tests with ``-p no:cacheprovider`` and ``--confcutdir``;
-require every expected test to be *seen passing* and the runner's exit code to be 0.
+Stages (each timed in ``GraderReport.stage_s``):
+
+1. **diff filter** — take only the diff; drop every file section that touches a test file
+   (``task.test_files``, files the ``test_patch`` touches), test configuration (``conftest.py``,
+   ``pytest.ini``, ``setup.cfg``, ``tox.ini``, ``sitecustomize.py``/``usercustomize.py``, ``*.pth``
+   anywhere, new or changed), bytecode, compiled/binary files, symlinks, ``.git`` contents, files
+   shadowing the test framework (``pytest.py``, ``_pytest/``, ``pluggy/``), fake result files and new
+   test modules, each with a typed :class:`~legorl.trajectory.records.Flag` (see
+   :func:`classify_section` for severities: a new test module is ``info``, editing an existing test is
+   ``blocking``).
+2. **sandbox create** — a fresh sandbox from the cached instance image (never the agent's).
+3. **apply** — ``git apply`` (``patch --fuzz`` fallback) of what is left; then every protected test file
+   is compared with its pristine text and restored; the ``[tool.pytest*]`` tables of ``pyproject.toml``
+   are restored; a static scan flags what the diff introduced (:mod:`legorl.grading.defenses`); the
+   ``test_patch`` is applied.
+4. **test run** — the hardened runner (:data:`legorl.grading.defenses.RUNNER`): ``python -I -S -B``
+   (no ``sitecustomize``/``usercustomize``/``.pth``, no cwd, no ``PYTHON*``), pytest imported before
+   the workspace is importable, plugin autoload off, ``-p no:cacheprovider`` and other rerun/skip
+   plugins off, ``--rootdir``/``--confcutdir`` at the workspace, junit XML and a report stream under a
+   random directory, two canary tests that must fail, ``os._exit`` at the end (no ``atexit``).
+5. **parse** — every expected test must be *seen passing* in the stream (missing, skipped, xfail, xpass,
+   error = failing); canaries must fail; junit must agree with the stream; the exit code must be 1
+   (the canaries fail); pytest's reporting functions and key builtins must be unchanged — otherwise a
+   blocking ``forged_results`` flag.
 
 Status: a diff that does not apply is the agent's fault (``ok``, reward 0); anything that keeps the
-grader from a verdict (no sandbox, runner timeout, runner crash without a report, a broken
-``test_patch``) is ``env_failure`` with a ``cause`` — never reward 0 with status ``ok``.
+grader from a verdict is ``env_failure`` with a ``cause`` prefix: ``image_build``, ``sandbox_create``,
+``sandbox_crash``, ``runner_timeout``, ``runner_crashed``, ``test_patch_failed``, ``infra_error``,
+``no_source``, ``no_tests`` — never reward 0 with status ``ok``. When the run with the agent's diff hangs
+or dies without a report, the pristine repository is run too: if that one reports, the diff caused it
+(status ``ok``, reward 0, flag ``tests_timed_out``/``runner_killed``/``premature_exit``). Transient
+causes are retried ``retries`` times. Reward: binary by default, ``reward_mode="partial"`` gives the
+FAIL_TO_PASS fraction when every PASS_TO_PASS test passes; with ``flagged_policy="zero"`` any blocking
+flag (from any stage, including ``extra_flags`` from the monitor) sets the reward to 0.
+
+SWE-bench: resolution follows SWE-bench's rule (every FAIL_TO_PASS and PASS_TO_PASS test passes); its
+log parsers read "PASSED" lines from the log, which a patch can forge, so the junit + stream path is
+used for every task (the ``swebench`` package cannot be imported here without docker/modal anyway).
 """
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 import sys
@@ -26,9 +54,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from legorl.errors import LegoRLError
+from legorl.grading import defenses
+from legorl.grading.monitor import FRAMEWORK_SHADOWS, dedupe_flags, is_test_module
 from legorl.sandbox.base import WORKSPACE, Sandbox, SandboxBackend, SandboxSpec
 from legorl.tasks.model import Task
-from legorl.trajectory.records import GraderReport
+from legorl.trajectory.records import Flag, GraderReport
 
 TEST_CONFIG_NAMES = {"conftest.py", "pytest.ini", ".pytest.ini", "setup.cfg", "tox.ini",
                      "sitecustomize.py", "usercustomize.py"}
@@ -123,20 +153,98 @@ def protected_reason(path: str, test_files: set[str]) -> str | None:
     return None
 
 
-def filter_diff(diff: str, test_files: list[str] | set[str]) -> tuple[str, list[str]]:
-    """Drop file sections touching test files or test config; return (kept diff, flags)."""
-    protected = {_norm(p) for p in test_files}
+_PYTEST_CFG_WORDS = re.compile(r"pytest|addopts|testpaths|python_files|python_functions|python_classes|"
+                               r"norecursedirs|usefixtures|xfail_strict|filterwarnings|required_plugins|"
+                               r"confcutdir|rootdir|\[tool:|\[tox|\[testenv", re.I)
+_BINARY_SUFFIXES = (".so", ".pyd", ".dll", ".dylib", ".pyc", ".pyo", ".egg", ".whl", ".zip")
+
+
+def _changed_lines(text: str) -> tuple[list[str], list[str]]:
+    added, removed = [], []
+    in_hunk = False
+    for line in text.splitlines():
+        if line.startswith("@@"):
+            in_hunk = True
+        elif in_hunk and line.startswith("+") and not line.startswith("+++"):
+            added.append(line[1:])
+        elif in_hunk and line.startswith("-") and not line.startswith("---"):
+            removed.append(line[1:])
+    return added, removed
+
+
+def classify_section(fp: FilePatch, protected: set[str]) -> list[Flag]:
+    """Flags for one file section of the agent's diff; a non-empty list means the section is dropped.
+
+    Severity: ``blocking`` for tampering (changing/deleting an existing test, any conftest/pytest.ini/
+    sitecustomize/usercustomize/``.pth``, files that shadow the test framework, compiled/binary code,
+    symlinks, ``.git`` contents, fake result files, pytest sections of setup.cfg/tox.ini); ``info`` for
+    what honest agents do (a new test module, only *adding* lines to an existing test file, bytecode
+    caches, other setup.cfg/tox.ini edits) — those sections are dropped all the same.
+    """
+    flags: list[Flag] = []
+    added, removed = _changed_lines(fp.text)
+    header = fp.text.split("@@", 1)[0]
+    is_new = fp.old_path is None
+    for path in fp.paths:
+        p = _norm(path)
+        parts = p.split("/")
+        name = parts[-1]
+        ev = {"source": "diff", "path": p}
+        if "__pycache__" in parts or name.endswith((".pyc", ".pyo")) or ".pytest_cache" in parts:
+            flags.append(Flag(kind="bytecode_in_diff", severity="info", evidence=ev))
+        elif parts[0] == ".git" or ".git" in parts:
+            flags.append(Flag(kind="git_dir_in_diff", severity="blocking", evidence=ev))
+        elif p in protected and is_new:
+            flags.append(Flag(kind="new_test_file", severity="info", evidence=ev))  # the test patch creates it
+        elif p in protected:
+            weakening = bool(removed) or fp.new_path is None or _weakens(added)
+            flags.append(Flag(kind="modified_test_file", severity="blocking" if weakening else "info",
+                              evidence={**ev, "removed_lines": len(removed), "added_lines": len(added)}))
+        elif name in TEST_CONFIG_NAMES or name.endswith(".pth"):
+            severe = name not in ("setup.cfg", "tox.ini") or bool(_PYTEST_CFG_WORDS.search(
+                "\n".join(added + removed)))
+            flags.append(Flag(kind="modified_test_config", severity="blocking" if severe else "info", evidence=ev))
+        elif name in FRAMEWORK_SHADOWS or any(part in FRAMEWORK_SHADOWS for part in parts[:-1]):
+            flags.append(Flag(kind="framework_shadow", severity="blocking", evidence=ev))
+        elif name.endswith(_BINARY_SUFFIXES) or "GIT binary patch" in header or "Binary files" in header:
+            flags.append(Flag(kind="binary_in_diff", severity="blocking", evidence=ev))
+        elif re.search(r"^(new|old) mode 120000|^new file mode 120000|^deleted file mode 120000", header, re.M):
+            flags.append(Flag(kind="symlink_in_diff", severity="blocking", evidence=ev))
+        elif re.search(r"(junit[^/]*\.xml|(^|/)report\.xml|test[-_]?results?[^/]*\.(xml|json|txt))$", p, re.I) or (
+                "<testsuite" in "\n".join(added) or "<testcase" in "\n".join(added)):
+            flags.append(Flag(kind="fake_test_report", severity="blocking", evidence=ev))
+        elif is_new and is_test_module(p):
+            flags.append(Flag(kind="new_test_file", severity="info", evidence=ev))
+    return flags
+
+
+def _weakens(added: list[str]) -> bool:
+    """Pure additions to an existing test file still weaken it when they skip, patch or hook (heuristic)."""
+    return bool(re.search(r"skip|xfail|monkeypatch|collect_ignore|pytest_\w+\(|__eq__|sys\.modules|builtins|"
+                          r"os\._exit|atexit", "\n".join(added)))
+
+
+def filter_diff_detailed(diff: str, protected: set[str] | list[str]) -> tuple[str, list[Flag]]:
+    """Drop file sections touching test files, test configuration, bytecode, binaries, symlinks, .git,
+    framework shadows, fake reports and new test modules; return (kept diff, flags with evidence)."""
+    protected = {_norm(p) for p in protected}
     kept, flags = [], []
     for fp in split_diff(diff):
-        reasons = [(r, p) for p in fp.paths if (r := protected_reason(p, protected))]
-        if reasons:
-            flags.extend(f"{r}:{p}" for r, p in reasons)
+        section = classify_section(fp, protected)
+        if section:
+            flags.extend(section)
         else:
             kept.append(fp.text)
     out = "".join(kept)
     if out and not out.endswith("\n"):
         out += "\n"
-    return out, list(dict.fromkeys(flags))
+    return out, dedupe_flags(flags)
+
+
+def filter_diff(diff: str, test_files: list[str] | set[str]) -> tuple[str, list[str]]:
+    """Drop file sections touching test files or test config; return (kept diff, flag labels)."""
+    kept, flags = filter_diff_detailed(diff, set(test_files))
+    return kept, list(dict.fromkeys(f.label for f in flags))
 
 
 def _pytest_tables(text: str | None) -> object:
@@ -197,48 +305,153 @@ def _tail(*parts: str) -> str:
     return text[-_LOG_TAIL:]
 
 
+RETRYABLE = ("image_build", "sandbox_create", "sandbox_crash", "runner_crashed", "runner_timeout", "infra_error")
+REWARD_MODES = ("binary", "partial")
+
+
+@dataclass
+class _Outcome:
+    """What one grading attempt concluded (before retries and the reward policy)."""
+
+    status: str = "ok"
+    cause: str | None = None
+    resolved: bool = False
+    tests: dict | None = None
+    runner_exit_code: int | None = None
+    flags: list | None = None
+    f2p_fraction: float | None = None
+
+
 def grade(task: Task, diff: str, backend: SandboxBackend, timeout: float = 120,
-          python: str | None = None) -> GraderReport:
+          python: str | None = None, *, extra_flags: list[Flag] | tuple = (), flagged_policy: str = "zero",
+          reward_mode: str = "binary", retries: int = 1, sandbox_spec: SandboxSpec | None = None) -> GraderReport:
     """Grade ``diff`` against ``task`` in a fresh sandbox; ``timeout`` bounds the test run.
 
     ``python``: interpreter with pytest used inside the sandbox (default: this process's).
+    ``extra_flags``: flags from the earlier stages (:class:`legorl.grading.monitor.RolloutMonitor`).
+    ``flagged_policy``: ``"zero"`` (default) — any blocking flag sets the reward to 0; ``"drop"`` — the
+    reward stands and the caller drops the rollout (``Rollout.flags`` lists the blocking flags).
+    ``reward_mode``: ``"binary"`` (1.0 iff resolved) or ``"partial"`` (the fraction of FAIL_TO_PASS tests
+    seen passing, but 0.0 unless every PASS_TO_PASS test passes and no forged result was detected).
+    ``retries``: an ``env_failure`` whose cause may be transient (image build, sandbox crash, runner
+    crash or timeout, infrastructure error) is retried this many times before it is reported.
+    ``sandbox_spec``: the spec to build the grading sandbox from (default: from ``task.source_dir``).
     """
+    if reward_mode not in REWARD_MODES:
+        raise ValueError(f"reward_mode must be one of {REWARD_MODES}, got {reward_mode!r}")
     started = time.monotonic()
-    python = python or sys.executable
-    log: list[str] = []
+    attempts = 0
+    while True:
+        attempts += 1
+        log: list[str] = []
+        stage: dict[str, float] = {}
+        out = _grade_once(task, diff or "", backend, timeout, python or sys.executable, log, stage, sandbox_spec)
+        if out.status == "ok" or attempts > retries or not (out.cause or "").startswith(RETRYABLE):
+            break
+    flags = dedupe_flags([*extra_flags, *(out.flags or [])])
+    blocking = [f for f in flags if f.severity == "blocking"]
+    reward = 0.0
+    if out.status == "ok":
+        if reward_mode == "partial":
+            p2p_ok = all((out.tests or {}).get(t) == "passed" for t in task.PASS_TO_PASS)
+            forged = any(f.kind == "forged_results" for f in flags)
+            reward = (out.f2p_fraction or 0.0) if p2p_ok and not forged else 0.0
+            if out.resolved:
+                reward = 1.0
+        else:
+            reward = 1.0 if out.resolved else 0.0
+        if blocking and flagged_policy == "zero":
+            log.append(f"blocking flags ({', '.join(f.label for f in blocking)}): reward set to 0 (flagged_policy=zero)")
+            reward = 0.0
+    if attempts > 1:
+        log.append(f"graded in {attempts} attempts")
+    return GraderReport(resolved=out.resolved and out.status == "ok", reward=reward, tests=out.tests or {},
+                        runner_exit_code=out.runner_exit_code, log_tail=_tail(*log),
+                        flags=list(dict.fromkeys(f.label for f in flags)), flag_details=flags, status=out.status,
+                        cause=out.cause, duration_s=time.monotonic() - started,
+                        fail_to_pass_fraction=out.f2p_fraction, attempts=attempts, stage_s=stage)
 
-    def report(**kw) -> GraderReport:
-        kw.setdefault("log_tail", _tail(*log))
-        return GraderReport(duration_s=time.monotonic() - started, **kw)
 
-    if task.source_dir is None:
-        return report(resolved=False, reward=0.0, status="env_failure",
-                      cause=f"no_source: task {task.instance_id} has no local source_dir (no image backend yet)")
+def _grade_once(task: Task, diff: str, backend: SandboxBackend, timeout: float, python: str, log: list[str],
+                stage: dict[str, float], sandbox_spec: SandboxSpec | None) -> _Outcome:
+    if task.source_dir is None and sandbox_spec is None:
+        return _Outcome("env_failure", f"no_source: task {task.instance_id} has no local source_dir (no image backend yet)")
+    expected = list(dict.fromkeys([*task.FAIL_TO_PASS, *task.PASS_TO_PASS]))
+    if not expected:
+        return _Outcome("env_failure", "no_tests: task lists no FAIL_TO_PASS/PASS_TO_PASS tests")
 
+    t = time.monotonic()
     protected = set(task.test_files)
     for fp in split_diff(task.test_patch or ""):
         protected.update(fp.paths)
-    filtered, flags = filter_diff(diff or "", protected)
-    for flag in flags:
-        log.append(f"dropped from diff: {flag}")
+    protected = {_norm(p) for p in protected}
+    filtered, flags = filter_diff_detailed(diff, protected)
+    for f in flags:
+        log.append(f"dropped from diff: {f.label} ({f.severity})")
+    stage["diff_filter"] = time.monotonic() - t
 
+    t = time.monotonic()
+    spec = sandbox_spec or SandboxSpec(source_dir=Path(task.source_dir))
     try:
-        sandbox: Sandbox = backend.create(SandboxSpec(source_dir=Path(task.source_dir)))
+        sandbox: Sandbox = backend.create(spec)
     except LegoRLError as exc:
-        return report(resolved=False, reward=0.0, flags=flags, status="env_failure",
-                      cause=f"sandbox_create: {exc}")
+        kind = "image_build" if type(exc).__name__.startswith("Image") else "sandbox_create"
+        return _Outcome("env_failure", f"{kind}: {exc}", flags=flags)
     except OSError as exc:
-        return report(resolved=False, reward=0.0, flags=flags, status="env_failure",
-                      cause=f"sandbox_create: {exc}")
+        return _Outcome("env_failure", f"sandbox_create: {exc}", flags=flags)
+    except Exception as exc:  # noqa: BLE001 - a broken backend is infrastructure, never the agent's failure
+        return _Outcome("env_failure", f"infra_error: {type(exc).__name__}: {exc}", flags=flags)
+    stage["sandbox_create"] = time.monotonic() - t
     try:
-        return _grade_in(sandbox, task, filtered, flags, python, timeout, log, report)
+        out = _grade_in(sandbox, task, filtered, flags, protected, expected, python, timeout, log, stage)
+        if out.status == "env_failure" and (out.cause or "").startswith(("runner_timeout", "runner_crashed")) \
+                and filtered.strip():
+            out = _attribute(task, backend, spec, out, protected, expected, python, timeout, log)
+        return out
     except LegoRLError as exc:
-        return report(resolved=False, reward=0.0, flags=flags, status="env_failure", cause=f"sandbox: {exc}")
+        return _Outcome("env_failure", f"sandbox_crash: {exc}", flags=flags)
+    except Exception as exc:  # noqa: BLE001
+        return _Outcome("env_failure", f"infra_error: {type(exc).__name__}: {exc}", flags=flags)
     finally:
         try:
             sandbox.destroy()
         except Exception:  # noqa: BLE001 - cleanup must not hide the verdict
             pass
+
+
+def _attribute(task, backend, spec, out: _Outcome, protected, expected, python, timeout, log) -> _Outcome:  # noqa: ANN001
+    """The run with the agent's diff hung or died without a report: re-run the *pristine* repository.
+    If that run reports, the diff caused it (the agent's failure: status ok, reward 0); else it is
+    the environment's (env_failure stands)."""
+    log.append(f"{out.cause}; re-running the pristine repository to attribute it")
+    try:
+        sb = backend.create(spec)
+    except Exception as exc:  # noqa: BLE001
+        log.append(f"pristine re-run: cannot create a sandbox: {exc}")
+        return out
+    try:
+        probe = _grade_in(sb, task, "", [], protected, expected, python, timeout, [], {})
+    except Exception as exc:  # noqa: BLE001
+        log.append(f"pristine re-run failed: {exc}")
+        return out
+    finally:
+        try:
+            sb.destroy()
+        except Exception:  # noqa: BLE001
+            pass
+    if probe.status != "ok":
+        log.append(f"pristine re-run: {probe.cause}: environment failure confirmed")
+        return out
+    timed_out = (out.cause or "").startswith("runner_timeout")
+    kind = "tests_timed_out" if timed_out else "runner_killed"
+    severity = "info"
+    if not timed_out and out.runner_exit_code == 0:
+        kind, severity = "premature_exit", "blocking"  # exited 0 without running the tests
+    log.append(f"pristine re-run reported normally: the diff caused it ({kind})")
+    flag = Flag(kind=kind, severity=severity, evidence={"source": "runner", "detail": out.cause,
+                                                        "exit_code": out.runner_exit_code})
+    return _Outcome("ok", None, False, {t: "missing" for t in expected}, out.runner_exit_code,
+                    [*(out.flags or []), flag], 0.0)
 
 
 def _apply(sandbox: Sandbox, patch: str) -> tuple[bool, str]:
@@ -254,70 +467,137 @@ def _apply(sandbox: Sandbox, patch: str) -> tuple[bool, str]:
     return False, f"git apply: {first.strip()}\npatch: {(res2.stdout + res2.stderr).strip()}"
 
 
-def _grade_in(sandbox, task, filtered, flags, python, timeout, log, report) -> GraderReport:  # noqa: ANN001
-    pristine_pyproject = None
+def _read_or_none(sandbox: Sandbox, path: str) -> str | None:
     try:
-        pristine_pyproject = sandbox.read_file("pyproject.toml")
-    except FileNotFoundError:
-        pass
+        return sandbox.read_file(path)
+    except (FileNotFoundError, IsADirectoryError, LegoRLError, OSError):
+        return None
 
+
+_CFG_SECTIONS = re.compile(r"^\s*\[(tool:pytest|pytest|tool\.pytest[^\]]*|coverage:[^\]]*)\]", re.M)
+
+
+def _grade_in(sandbox, task, filtered, flags, protected, expected, python, timeout, log, stage) -> _Outcome:  # noqa: ANN001
+    flags = list(flags)
+    t = time.monotonic()
+    sections = split_diff(filtered)
+    touched = sorted({p for fp in sections for p in fp.paths})
+    pristine = {p: _read_or_none(sandbox, p) for p in [*touched, *sorted(protected), "pyproject.toml"]}
     if filtered.strip():
         ok, why = _apply(sandbox, filtered)
         if not ok:
             log.append(f"the diff does not apply:\n{why}")
-            return report(resolved=False, reward=0.0, flags=[*flags, "patch_failed"], status="ok")
+            stage["apply"] = time.monotonic() - t
+            return _Outcome("ok", None, False, {}, None,
+                            [*flags, Flag(kind="patch_failed", severity="info", evidence={"source": "diff",
+                                                                                          "detail": why[-500:]})], 0.0)
         log.append("applied the diff")
     else:
         log.append("empty diff (after filtering)")
 
+    # Restore every protected test file (whatever the patch tool did through renames/symlinks/fuzz).
+    for path in sorted(protected):
+        now = _read_or_none(sandbox, path)
+        if now != pristine.get(path):
+            flags.append(Flag(kind="modified_test_file", severity="blocking",
+                              evidence={"source": "diff", "path": path, "detail": "changed by the applied diff"}))
+            sandbox.exec(["rm", "-f", "--", path], timeout=30)
+            if pristine.get(path) is not None:
+                sandbox.write_file(path, pristine[path])
     # The pytest tables of pyproject.toml are test configuration: restore them if the diff changed them.
-    try:
-        patched_pyproject = sandbox.read_file("pyproject.toml")
-    except FileNotFoundError:
-        patched_pyproject = None
-    if _pytest_tables(patched_pyproject) != _pytest_tables(pristine_pyproject):
-        flags = [*flags, "modified_test_config:pyproject.toml"]
+    patched_pyproject = _read_or_none(sandbox, "pyproject.toml")
+    if _pytest_tables(patched_pyproject) != _pytest_tables(pristine.get("pyproject.toml")):
+        flags.append(Flag(kind="modified_test_config", severity="blocking",
+                          evidence={"source": "diff", "path": "pyproject.toml"}))
         log.append("diff changed pyproject.toml's pytest configuration; restored the original file")
-        if pristine_pyproject is None:
+        if pristine.get("pyproject.toml") is None:
             sandbox.exec(["rm", "-f", "pyproject.toml"], timeout=30)
         else:
-            sandbox.write_file("pyproject.toml", pristine_pyproject)
+            sandbox.write_file("pyproject.toml", pristine["pyproject.toml"])
+    # Static scan of what the diff introduced into non-test code.
+    changes = [(p, pristine.get(p), _read_or_none(sandbox, p)) for p in touched if not is_test_module(p)]
+    visible = [v for p, v in pristine.items() if p in protected and v]
+    flags.extend(defenses.scan_source_changes(changes, visible, task.problem_statement))
+    stage["apply"] = time.monotonic() - t
 
     if task.test_patch.strip():
         ok, why = _apply(sandbox, task.test_patch)
         if not ok:
-            return report(resolved=False, reward=0.0, flags=flags, status="env_failure",
-                          cause=f"test_patch_failed: {why[-500:]}")
+            return _Outcome("env_failure", f"test_patch_failed: {why[-500:]}", flags=flags)
 
-    expected = list(dict.fromkeys([*task.FAIL_TO_PASS, *task.PASS_TO_PASS]))
-    if not expected:
-        return report(resolved=False, reward=0.0, flags=flags, status="env_failure",
-                      cause="no_tests: task lists no FAIL_TO_PASS/PASS_TO_PASS tests")
-    junit = f"/tmp/junit-{uuid.uuid4().hex}.xml"
-    pytest_argv = [python, "-m", "pytest", "-p", "no:cacheprovider", f"--rootdir={WORKSPACE}",
-                   f"--confcutdir={WORKSPACE}", f"--junitxml={junit}", "-o", "junit_family=xunit2",
-                   "-q", *expected]
-    # stdout carries only the junit report; pytest's own output goes to stderr.
-    script = f"{shlex.join(pytest_argv)} 1>&2; rc=$?; cat {junit} 2>/dev/null; exit $rc"
-    env = {"PYTHONDONTWRITEBYTECODE": "1", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONHASHSEED": "0"}
-    res = sandbox.exec(script, timeout=timeout, env=env, max_output_bytes=8_000_000)
-    log.append(res.stderr)
+    # -- the hardened run --------------------------------------------------------------------------
+    t = time.monotonic()
+    nonce = uuid.uuid4().hex
+    canary_dir = next((nid.split("::")[0].rsplit("/", 1)[0] for nid in expected if "/" in nid.split("::")[0]), "")
+    canary_file = (f"{canary_dir}/" if canary_dir else "") + f"test_{nonce[:12]}.py"
+    canary_names = [f"test_{nonce[12:20]}_a", f"test_{nonce[12:20]}_b"]
+    canary_ids = [f"{canary_file}::{n}" for n in canary_names]
+    args = ["-p", "no:" + defenses.BLOCKED_PLUGINS[0]]
+    for plugin in defenses.BLOCKED_PLUGINS[1:]:
+        args += ["-p", f"no:{plugin}"]
+    args += [f"--rootdir={WORKSPACE}", f"--confcutdir={WORKSPACE}", "-o", "junit_family=xunit2",
+             "-o", "cache_dir=/tmp/.pytest_cache", "-q", "-rN"]
+    cfg = {"workspace": WORKSPACE, "args": args, "tests": expected, "canary_files": [canary_file],
+           "canary_names": canary_names, "canary_source": defenses.CANARY_SOURCE.format(n=nonce[12:20])}
+    # bytecode a diff might have smuggled in (the filter drops it; belt and braces)
+    script = ("find . -name __pycache__ -prune -exec rm -rf {} + 2>/dev/null; "
+              "find . \\( -name '*.pyc' -o -name '*.pyo' \\) -delete 2>/dev/null; "
+              f'LEGORL_PYTHONPATH="${{PYTHONPATH:-}}" exec {shlex.quote(python)} -I -S -B -c "$LEGORL_RUNNER"')
+    env = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONHASHSEED": "0", "LEGORL_RUNNER": defenses.RUNNER,
+           "PYTEST_ADDOPTS": "", "PYTEST_PLUGINS": ""}
+    res = sandbox.exec(script, timeout=timeout, env=env, max_output_bytes=16_000_000,
+                       stdin=nonce + "\n" + json.dumps(cfg) + "\n")
+    stage["test_run"] = time.monotonic() - t
+    log.append(res.stderr[-3000:])
+    if "killed from outside" in (res.cause or ""):
+        return _Outcome("env_failure", f"sandbox_crash: {res.cause}", flags=flags, runner_exit_code=res.exit_code)
     if res.timed_out:
-        return report(resolved=False, reward=0.0, flags=flags, runner_exit_code=None, status="env_failure",
-                      cause=f"runner_timeout: tests ran past {timeout:g}s")
-    xml_text = res.stdout.strip()
-    outcomes: dict[tuple[str, str], str] | None = None
-    if xml_text:
-        try:
-            outcomes = parse_junit(xml_text)
-        except ET.ParseError as exc:
-            log.append(f"junit report unreadable: {exc}")
-    if outcomes is None:
-        return report(resolved=False, reward=0.0, flags=flags, runner_exit_code=res.exit_code,
-                      status="env_failure", cause=f"runner_crashed: no junit report (exit {res.exit_code})")
-    tests = {nodeid: _lookup(outcomes, nodeid) for nodeid in expected}
-    resolved = res.exit_code == 0 and all(v == "passed" for v in tests.values())
-    if res.exit_code == 0 and not resolved:
-        flags = [*flags, "tests_skipped_or_missing"]
-    return report(resolved=resolved, reward=1.0 if resolved else 0.0, tests=tests,
-                  runner_exit_code=res.exit_code, flags=flags, status="ok")
+        return _Outcome("env_failure", f"runner_timeout: tests ran past {timeout:g}s", flags=flags)
+
+    t = time.monotonic()
+    run = defenses.parse_runner_output(res.stdout, nonce, canary_ids)
+    if not run.complete:
+        stage["parse"] = time.monotonic() - t
+        return _Outcome("env_failure", f"runner_crashed: no report from the runner (exit {res.exit_code}"
+                        f"{'; ' + res.cause if res.cause else ''})", flags=flags, runner_exit_code=res.exit_code)
+    tests = {nid: run.tests.get(nid, "missing") for nid in expected}
+    # Cross-checks: canaries must fail, junit must agree with the stream, exit code must agree.
+    forged: list[str] = []
+    bad_canaries = {c: o for c, o in run.canary.items() if o not in ("failed",)}
+    if bad_canaries:
+        forged.append(f"canary tests reported {bad_canaries}")
+    junit_outcomes: dict[tuple[str, str], str] | None = None
+    try:
+        junit_outcomes = parse_junit(run.junit) if run.junit.strip() else None
+    except ET.ParseError as exc:
+        forged.append(f"junit report unreadable: {exc}")
+    if junit_outcomes is None:
+        forged.append("no junit report")
+    else:
+        for nid, outcome in tests.items():
+            j = _lookup(junit_outcomes, nid)
+            mapped = {"xfail": "skipped", "xpass": "passed"}.get(outcome, outcome)
+            if (j == "passed") != (mapped == "passed"):
+                forged.append(f"junit says {j} but the stream says {outcome} for {nid}")
+                break
+    if run.rc == 0:
+        forged.append("runner exit code 0 although the canary tests fail")
+    if run.tamper:
+        forged.append("pytest/builtins replaced at run time: " + ", ".join(run.tamper[:8]))
+    if forged:
+        flags.append(Flag(kind="forged_results", severity="blocking",
+                          evidence={"source": "runner", "detail": "; ".join(forged)[:1500]}))
+        log.append("result cross-check failed: " + "; ".join(forged))
+    stage["parse"] = time.monotonic() - t
+    f2p = [tests[n] == "passed" for n in task.FAIL_TO_PASS]
+    resolved = (not forged and run.rc == 1 and all(v == "passed" for v in tests.values()))
+    if run.rc in (0, 1) and not all(v == "passed" for v in tests.values()) and \
+            any(v in ("skipped", "xfail", "missing") for v in tests.values()):
+        flags.append(Flag(kind="tests_skipped_or_missing", severity="info",
+                          evidence={"source": "runner", "tests": {k: v for k, v in tests.items() if v != "passed"}}))
+    # The exit status pytest would have given the expected tests alone (the canaries' failures discounted).
+    rc = run.rc
+    if run.rc == 1 and not bad_canaries and run.finish is not None and \
+            run.finish.get("failed") == len(canary_ids) and all(v == "passed" for v in tests.values()):
+        rc = 0
+    return _Outcome("ok", None, resolved, tests, rc, flags, sum(f2p) / len(f2p) if f2p else None)

@@ -27,10 +27,19 @@ import sys
 from pathlib import Path
 
 SYSTEM_PROMPT = (
-    "You are a careful Python programmer. You fix bugs by rewriting whole files. "
-    "Reply with the complete corrected file in a fenced code block. Put the file's path on the "
-    "line just before the block, like this:\n"
-    "pkg/module.py\n```python\n<the whole corrected file>\n```"
+    "You fix bugs in Python files. Reply with the whole corrected file: its path on one line, "
+    "then the code in a ```python block."
+)
+# One worked example (a user turn and the ideal reply) before the real task: measured with
+# SmolLM2-135M at T=0.4 on trivial-001, 5/8 fixes with it versus 2/8 without.
+EXAMPLE_USER = (
+    "Issue: `mathx.ops.mul(a, b)` returns the sum instead of the product: `mul(2, 3)` gives 5, "
+    "expected 6.\n\nmathx/ops.py\n```python\ndef mul(a, b):\n    \"\"\"Return a times b.\"\"\"\n"
+    "    return a + b\n\n\ndef neg(a):\n    return -a\n```\n\nReply with the whole corrected file."
+)
+EXAMPLE_REPLY = (
+    "mathx/ops.py\n```python\ndef mul(a, b):\n    \"\"\"Return a times b.\"\"\"\n    return a * b\n\n\n"
+    "def neg(a):\n    return -a\n```"
 )
 FENCE = re.compile(r"```[ \t]*([^\n`]*)\n(.*?)(?:```|\Z)", re.S)
 PATH_TOKEN = re.compile(r"[\w./-]+\.[A-Za-z0-9]+")
@@ -47,6 +56,17 @@ def source_files(root: Path, max_files: int = 8, max_bytes: int = 6000) -> list[
         if p.stat().st_size <= max_bytes:
             out.append(rel)
     return out[:max_files]
+
+
+def relevant_files(files: list[Path], issue: str, test_output: str) -> list[Path]:
+    """The files the issue or the failing tests' traceback name (by path or dotted module); all
+    files when none is named. A small model does far better with one short file than with five."""
+    named = []
+    for rel in files:
+        dotted = ".".join(rel.with_suffix("").parts)
+        if str(rel) in issue or str(rel) in test_output or re.search(rf"\b{re.escape(dotted)}\b", issue):
+            named.append(rel)
+    return named or files
 
 
 def is_test_path(rel: Path) -> bool:
@@ -85,7 +105,8 @@ def parse_edits(reply: str, known: list[Path]) -> tuple[dict[str, str], list[str
             # Accept a bare file name that matches exactly one known file.
             matches = [k for k in known_names if Path(k).name == Path(path).name]
             path = matches[0] if len(matches) == 1 else path
-        if path is None and len(known) == 1:
+        if len(known) == 1 and (path is None or path not in known_names):
+            # One file was shown: a block without a path, or under an invented one, rewrites it.
             path = str(known[0])
         if path is None:
             problems.append("a code block without a file path")
@@ -99,12 +120,11 @@ def parse_edits(reply: str, known: list[Path]) -> tuple[dict[str, str], list[str
     return edits, problems
 
 
-def first_prompt(issue: str, root: Path, files: list[Path], test_output: str) -> str:
-    parts = [f"Issue:\n{issue.strip()}\n", "Repository files:"]
+def first_prompt(issue: str, root: Path, files: list[Path]) -> str:
+    parts = [f"Issue: {issue.strip()}"]
     for rel in files:
         parts.append(f"{rel}\n```python\n{(root / rel).read_text(errors='replace').rstrip()}\n```")
-    parts.append(f"Test output:\n```\n{test_output.strip()}\n```")
-    parts.append("Reply with the whole corrected file, its path on the line before the code block.")
+    parts.append("Reply with the whole corrected file.")
     return "\n\n".join(parts)
 
 
@@ -129,11 +149,13 @@ def main(argv: list[str] | None = None) -> int:
     client = openai.OpenAI(base_url=args.base_url, api_key=args.api_key, max_retries=2, timeout=600)
     root = Path(args.root).resolve()
     issue = Path(args.issue_file).read_text()
-    files = source_files(root)
     passed, output = run_tests(root, args.test_timeout)
+    files = relevant_files(source_files(root), issue, output)
     messages = [
         {"role": "system", "content": SYSTEM_PROMPT},
-        {"role": "user", "content": first_prompt(issue, root, files, output)},
+        {"role": "user", "content": EXAMPLE_USER},
+        {"role": "assistant", "content": EXAMPLE_REPLY},
+        {"role": "user", "content": first_prompt(issue, root, files)},
     ]
     summary = {"turns": 0, "edits": [], "problems": [], "tests_passed": passed, "finish": "budget"}
     for _ in range(args.max_turns):

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from legorl.errors import GradingError, SandboxError
 from legorl.gateway.app import Gateway
 from legorl.grading.grader import grade
+from legorl.grading.monitor import RolloutMonitor, check_isolation
 from legorl.harnesses.base import Budget, Harness
 from legorl.sandbox.base import SandboxBackend, SandboxSpec
 from legorl.tasks.model import Task
@@ -30,6 +31,9 @@ class RolloutContext:
     harness: Harness
     budget: Budget
     grade_timeout_s: float = 120.0
+    flagged_policy: str = "zero"  # RunConfig.flagged_policy: "zero" | "drop"
+    reward_mode: str = "binary"  # "binary" | "partial" (see legorl.grading.grader.grade)
+    grade_retries: int = 1  # env failures of the grader are retried this many times
 
 
 async def run_rollout(ctx: RolloutContext, task: Task, step: int = 0, group_index: int = 0) -> Rollout:
@@ -57,9 +61,19 @@ async def _run_in_sandbox(ctx: RolloutContext, task: Task, token: str, rollout: 
     except SandboxError as exc:
         rollout.status, rollout.cause = "env_failure", f"sandbox create: {exc}"
         return
+    monitor = RolloutMonitor.for_task(task)
     try:
+        # before: the agent's sandbox must be isolated (history cut, hidden tests absent, no network)
+        breaches = await asyncio.to_thread(check_isolation, sandbox, task)
+        if breaches:
+            rollout.status, rollout.cause = "env_failure", "isolation: " + "; ".join(breaches)
+            return
         base_url = f"http://127.0.0.1:{GATEWAY_PORT_IN_SANDBOX}/v1"
-        result = await asyncio.to_thread(ctx.harness.run, task, sandbox, base_url, token, ctx.budget)
+        monitor.start(sandbox)  # during: host-side strace + workspace scan
+        try:
+            result = await asyncio.to_thread(ctx.harness.run, task, sandbox, base_url, token, ctx.budget)
+        finally:
+            monitor.stop(sandbox)
         rollout.harness_exit_code = result.exit_code
         rollout.harness_log_tail = (result.log_tail or result.transcript)[-2000:]
         rollout.diff = await asyncio.to_thread(sandbox.diff)
@@ -68,16 +82,29 @@ async def _run_in_sandbox(ctx: RolloutContext, task: Task, token: str, rollout: 
         return
     finally:
         await asyncio.to_thread(sandbox.destroy)
+    try:
+        turns = ctx.gateway.session_turns(token)
+    except Exception:  # noqa: BLE001 - the gateway's record is evidence, not a precondition
+        turns = []
+    during = monitor.flags(turns)
 
+    rollout.flag_details = list(during)
+    rollout.flags = list(dict.fromkeys(f.label for f in during if f.severity == "blocking"))
     if result.ending == "crashed":
         rollout.status, rollout.cause = "harness_error", f"harness exit code {result.exit_code}"
         return
     try:
-        report = await asyncio.to_thread(grade, task, rollout.diff, ctx.backend, ctx.grade_timeout_s)
+        report = await asyncio.to_thread(
+            lambda: grade(task, rollout.diff, ctx.backend, ctx.grade_timeout_s, extra_flags=during,
+                          flagged_policy=ctx.flagged_policy, reward_mode=ctx.reward_mode,
+                          retries=ctx.grade_retries))
     except (GradingError, SandboxError) as exc:
-        report = GraderReport(resolved=False, reward=0.0, status="env_failure", cause=f"grader: {exc}")
+        report = GraderReport(resolved=False, reward=0.0, status="env_failure", cause=f"grader: {exc}",
+                              flag_details=during, flags=[f.label for f in during])
     rollout.grader = report
-    rollout.flags = list(report.flags)
+    # Rollout.flags: the blocking flags only (what flagged_policy acts on); flag_details: all of them.
+    rollout.flag_details = list(report.flag_details)
+    rollout.flags = list(dict.fromkeys(f.label for f in report.flag_details if f.severity == "blocking"))
     if report.status != "ok":
         rollout.status, rollout.cause = report.status, report.cause
         return

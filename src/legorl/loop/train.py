@@ -16,7 +16,7 @@ import torch
 
 from legorl.config import RunConfig
 from legorl.engines.embedded import EmbeddedEngine
-from legorl.gateway.app import Gateway
+from legorl.gateway.app import Gateway, SamplingPolicy
 from legorl.gateway.renderer import ChatTemplateRenderer
 from legorl.gateway.server import GatewayServer
 from legorl.gateway.sessions import SessionRegistry
@@ -46,7 +46,10 @@ async def train(cfg: RunConfig, on_step=None) -> list[dict[str, Any]]:
     engine = EmbeddedEngine.from_pretrained(str(model_path), max_batch_size=cfg.engine.max_batch_size)
     trainer = Trainer(load_model(model_path), cfg.trainer, temperature=cfg.rollout.temperature)
     store = RunStore(run_dir)
-    gateway = Gateway(engine, ChatTemplateRenderer(tokenizer), SessionRegistry(), store, model_name=cfg.engine.model)
+    # The gateway samples exactly as the trainer assumes, whatever the harness asks for.
+    policy = SamplingPolicy(temperature=cfg.rollout.temperature, max_tokens=cfg.rollout.max_tokens_per_turn)
+    gateway = Gateway(engine, ChatTemplateRenderer(tokenizer), SessionRegistry(), store,
+                      model_name=cfg.engine.model, sampling_policy=policy)
     metrics_log = MetricsLogger(run_dir)
     tasks = load_suite(cfg.suite)
     rng = random.Random(cfg.seed)

@@ -161,6 +161,16 @@ def copy_workspace(layer_dir: Path, dest: Path) -> None:
         raise SandboxError(f"cannot copy image layer {layer_dir} into a sandbox: {exc.stderr.strip()}") from None
 
 
+TRACED_SYSCALLS = ("execve,execveat,open,openat,openat2,creat,unlink,unlinkat,rename,renameat,renameat2,"
+                   "link,linkat,symlink,symlinkat,truncate,connect")
+
+
+def strace_argv(path: Path) -> list[str]:
+    """Host-side tracer for one exec: follows forks, decodes fds to paths (``-y``), appends to ``path``."""
+    return ["strace", "-f", "-qq", "--seccomp-bpf", "-y", "-s", "512", "-e", f"trace={TRACED_SYSCALLS}",
+            "-e", "signal=none", "-A", "-o", str(path)]
+
+
 _CGROUP_SHIM = 'for f in "$@"; do [ "$f" = -- ] && break; echo $$ > "$f" || exit 125; shift; done; shift; exec "$@"'
 
 
@@ -272,6 +282,10 @@ class BwrapSandbox:
         self.env_layer = env_layer  # leased while the sandbox lives
         self.cgroup = cgroup
         self._destroyed = False
+        # When set (see start_trace), every exec runs bwrap under a host-side ``strace -f`` writing
+        # here: the tracer lives outside the sandbox's PID namespace, so nothing inside can see,
+        # kill or detach it (used by legorl.grading.monitor during a rollout).
+        self.trace_path: Path | None = None
 
     # -- command line ---------------------------------------------------------------------------
     def bwrap_argv(self, cwd: str, env: Mapping[str, str]) -> list[str]:
@@ -313,11 +327,24 @@ class BwrapSandbox:
         prefix: list[str] = []
         if self.cgroup is not None:
             prefix = ["/bin/sh", "-c", _CGROUP_SHIM, "sh", *self.cgroup.procs_files, "--"]
-        if not self.backend.prlimit:
-            return prefix
-        data = self.spec.memory_mb * 1024 * 1024
-        return prefix + [self.backend.prlimit, f"--data={data}:{data}",
-                         f"--nproc={self.spec.max_pids}:{self.spec.max_pids}", "--core=0:0", "--"]
+        if self.backend.prlimit:
+            data = self.spec.memory_mb * 1024 * 1024
+            prefix += [self.backend.prlimit, f"--data={data}:{data}",
+                       f"--nproc={self.spec.max_pids}:{self.spec.max_pids}", "--core=0:0", "--"]
+        if self.trace_path is not None:
+            prefix += [*strace_argv(self.trace_path), "--"]
+        return prefix
+
+    def start_trace(self, path: Path) -> bool:
+        """Trace process starts, file writes and connects of every later exec into ``path`` (appended).
+        False when strace is not installed (the caller falls back to other evidence)."""
+        if shutil.which("strace") is None:
+            return False
+        self.trace_path = Path(path)
+        return True
+
+    def stop_trace(self) -> None:
+        self.trace_path = None
 
     # -- Sandbox protocol ------------------------------------------------------------------------
     def exec(
@@ -376,9 +403,11 @@ class BwrapSandbox:
         duration = time.monotonic() - start
         rc = proc.returncode
         killed = None
+        outside_kill = False
         if rc < 0:
             killed = -rc
             rc = 128 + killed
+            outside_kill = not timed_out  # bwrap itself (not a process inside) died of a signal
         elif 128 < rc <= 128 + 64:
             killed = rc - 128  # bwrap reports a signalled child as 128+signal, like a shell
         stderr = b"".join(err).decode("utf-8", "replace")
@@ -397,7 +426,9 @@ class BwrapSandbox:
                 causes.append(f"memory limit ({self.spec.memory_mb} MiB): OOM-killed")
         if "MemoryError" in stderr[-4000:] and not any("memory" in c for c in causes):
             causes.append(f"memory limit ({self.spec.memory_mb} MiB data rlimit): MemoryError")
-        if killed and not timed_out:
+        if outside_kill:
+            causes.append(f"sandbox killed from outside by signal {killed}")
+        elif killed and not timed_out:
             try:
                 causes.append(f"killed by signal {killed} ({signal.Signals(killed).name})")
             except ValueError:

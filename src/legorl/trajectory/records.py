@@ -97,6 +97,32 @@ class Sample(BaseModel):
         return sum(self.loss_mask)
 
 
+FlagSeverity = Literal["blocking", "info"]
+FlagStage = Literal["before", "during", "after"]
+
+
+class Flag(BaseModel):
+    """One reward-hacking defense finding, with its evidence (DESIGN.md §7).
+
+    kind: e.g. ``modified_test_file``, ``git_history_probe``, ``package_install``, ``network_tool``,
+    ``forged_results``; severity: ``blocking`` (``RunConfig.flagged_policy`` applies: reward 0 or
+    dropped) or ``info`` (recorded, shown in the UI, no effect on reward); stage: where it was seen;
+    evidence: what was seen: ``turn`` (Turn index), ``pid``, ``command``, ``path``, ``source``
+    (``gateway`` | ``strace`` | ``fs_scan`` | ``diff`` | ``runner``), ``detail``.
+    """
+
+    kind: str
+    severity: FlagSeverity = "blocking"
+    stage: FlagStage = "after"
+    evidence: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        """The legacy string form stored in ``flags`` (``kind`` or ``kind:path``)."""
+        path = self.evidence.get("path")
+        return f"{self.kind}:{path}" if path else self.kind
+
+
 class GraderReport(BaseModel):
     resolved: bool
     reward: float
@@ -107,6 +133,14 @@ class GraderReport(BaseModel):
     status: RolloutStatus = "ok"
     cause: str | None = None
     duration_s: float = 0.0
+    # Added with the staged defenses (all optional; older records load unchanged):
+    flag_details: list[Flag] = Field(default_factory=list)  # every flag, typed, with evidence
+    fail_to_pass_fraction: float | None = None  # FAIL_TO_PASS tests seen passing / all of them
+    attempts: int = 1  # grading attempts (env failures are retried)
+    stage_s: dict[str, float] = Field(default_factory=dict)  # seconds per grading stage
+
+    def blocking_flags(self) -> list[Flag]:
+        return [f for f in self.flag_details if f.severity == "blocking"]
 
 
 class Rollout(BaseModel):
@@ -125,7 +159,8 @@ class Rollout(BaseModel):
     harness_exit_code: int | None = None
     harness_log_tail: str = ""
     grader: GraderReport | None = None
-    flags: list[str] = Field(default_factory=list)
+    flags: list[str] = Field(default_factory=list)  # labels of the *blocking* flags (flagged_policy acts on these)
+    flag_details: list[Flag] = Field(default_factory=list)  # every flag (blocking and info) with evidence
     turns: list[Turn] = Field(default_factory=list)
     samples: list[Sample] = Field(default_factory=list)
     started_at: float = Field(default_factory=time.time)
