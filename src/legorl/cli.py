@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Optional
 
@@ -19,7 +20,8 @@ models_app = typer.Typer(no_args_is_help=True, help="Model registry.")
 bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks (print JSON).")
 app.add_typer(models_app, name="models")
 app.add_typer(bench_app, name="bench")
-console = Console()
+# A pipe or CI log gets a wide fixed width so the run table is never squashed.
+console = Console(width=None if sys.stdout.isatty() else 160)
 
 # Sub-command groups owned by their packages (each module imports only typer at top level).
 # -- sub-apps: one `app.add_typer(...)` line per package below --
@@ -84,12 +86,12 @@ def _summary(history: list[dict], run_dir: Path) -> None:
     table = Table(title=f"LEGO-RL run {run_dir}")
     cols = [
         ("step", "step", "{}"), ("rollouts", "rollout/count", "{}"), ("reward", "rollout/reward_mean", "{:.3f}"),
-        ("resolved", "rollout/resolved", "{}"), ("env fail", "rollout/status_env_failure", "{}"),
-        ("turns", "rollout/turns", "{}"), ("extend", "align/extend", "{}"), ("fork", "align/fork", "{}"),
-        ("train samples", "train/trainable_samples", "{}"), ("loss", "train/loss", "{:+.5f}"),
-        ("grad norm", "train/grad_norm", "{:.3f}"), ("pearson", "mismatch/pearson", "{:.5f}"),
-        ("max |Δlogp|", "mismatch/max_abs_diff", "{:.2e}"), ("weights", "weight_version", "{}"),
-        ("time s", "time/step_s", "{:.0f}"),
+        ("solved", "rollout/resolved", "{}"), ("env fail", "rollout/status_env_failure", "{}"),
+        ("turns", "rollout/turns", "{}"), ("extend", "align/extend", "{}"), ("realign", "align/realign", "{}"),
+        ("fork", "align/fork", "{}"), ("train smp", "train/trainable_samples", "{}"), ("loss", "train/loss", "{:+.4f}"),
+        ("grad", "train/grad_norm", "{:.2f}"), ("pearson", "mismatch/pearson", "{:.6f}"),
+        ("max|Δlp|", "mismatch/max_abs_diff", "{:.1e}"), ("weights", "weight_version", "{}"),
+        ("sec", "time/step_s", "{:.0f}"),
     ]
     for title, _, _ in cols:
         table.add_column(title, justify="right")
@@ -108,6 +110,12 @@ def demo(
     steps: int = typer.Option(2, help="Training steps."),
     group_size: int = typer.Option(4, help="Rollouts per task."),
     tasks_per_step: int = typer.Option(3, help="Tasks per step."),
+    tasks: str = typer.Option(
+        "legorl__trivial-001,legorl__trivial-004,legorl__trivial-010",
+        help="Comma-separated task ids of the trivial suite (empty = all); these are ones SmolLM2-135M "
+        "sometimes solves, so groups have reward variance."),
+    max_turns: int = typer.Option(2, help="Model calls per rollout."),
+    max_tokens: int = typer.Option(384, help="Sampling budget per model call."),
     run_dir: Path = typer.Option(Path("runs/demo"), help="Run directory."),
     model: str = typer.Option("smollm2-135m", help="Model name or local directory."),
     temperature: float = typer.Option(
@@ -119,7 +127,9 @@ def demo(
 
     try:
         cfg = RunConfig.load(None, steps=steps, group_size=group_size, tasks_per_step=tasks_per_step,
-                             run_dir=str(run_dir), **{"engine.model": model, "rollout.temperature": temperature})
+                             run_dir=str(run_dir), task_ids=[t for t in tasks.split(",") if t],
+                             **{"engine.model": model, "rollout.temperature": temperature,
+                                "rollout.max_turns": max_turns, "rollout.max_tokens_per_turn": max_tokens})
     except LegoRLError as exc:
         _fail(exc)
     _summary(_run(cfg), run_dir)
@@ -228,6 +238,112 @@ def bench_sandbox(
     except LegoRLError as exc:
         _fail(exc)
     print(json.dumps(result, indent=2))
+
+
+@app.command("grade")
+def grade_predictions(
+    predictions: Path = typer.Argument(..., help="SWE-bench predictions JSONL: instance_id, model_patch[, model_name_or_path]."),
+    tasks: str = typer.Option("builtin", "--tasks", help="Suite: built-in name, 'builtin', a directory or a .jsonl/.json file."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Write the report JSON here."),
+    workers: int = typer.Option(2, "--workers", help="Grading threads."),
+    timeout: float = typer.Option(120.0, "--timeout", help="Test-run time limit per instance (s)."),
+    reward_mode: str = typer.Option("binary", "--reward-mode", help="binary | partial"),
+    flagged_policy: str = typer.Option("zero", "--flagged-policy", help="zero | drop"),
+) -> None:
+    """Grade SWE-bench-format predictions against a task suite; prints a summary, writes a report."""
+    from legorl.grading.predictions import grade_predictions as _grade, load_predictions
+
+    try:
+        preds = load_predictions(predictions)
+        report = _grade(preds, tasks, workers=workers, timeout=timeout, reward_mode=reward_mode,
+                        flagged_policy=flagged_policy)
+    except LegoRLError as exc:
+        _fail(exc)
+    table = Table(title=f"graded {len(report['instances'])} predictions")
+    for col in ("instance", "status", "resolved", "reward", "blocking flags", "info flags"):
+        table.add_column(col)
+    for iid, r in report["instances"].items():
+        table.add_row(iid, r["status"] + (f" ({r['cause'][:40]})" if r.get("cause") else ""),
+                      "yes" if r["resolved"] else "no", f"{r['reward']:.2f}",
+                      ", ".join(r["blocking_flags"])[:60], str(len(r["flags"]) - len(r["blocking_flags"])))
+    console.print(table)
+    s = report["summary"]
+    console.print(f"resolved {s['resolved']}/{s['total']}  reward mean {s['reward_mean']:.3f}  "
+                  f"flagged {s['flagged']}  env_failure {s['env_failure']}")
+    if out is not None:
+        out.write_text(json.dumps(report, indent=2))
+        console.print(f"report: {out}")
+
+
+@bench_app.command("grader")
+def bench_grader(
+    workers: int = typer.Option(2, help="Grading threads."),
+    rounds: int = typer.Option(1, help="Times the built-in suite is graded."),
+    as_json: bool = typer.Option(True, "--json/--no-json", help="Print JSON."),
+) -> None:
+    """Grader throughput on the built-in suite (gold patches) and the cost of each stage."""
+    from legorl.bench.grader import run_grader_bench
+
+    try:
+        result = run_grader_bench(workers=workers, rounds=rounds)
+    except LegoRLError as exc:
+        _fail(exc)
+    print(json.dumps(result, indent=2) if as_json else result)
+
+
+
+@app.command("rollout")
+def rollout_cmd(
+    harness: str = typer.Option("minimal", help="Harness id (see legorl.harnesses.registry)."),
+    task: str = typer.Option("legorl__trivial-001", help="Task instance id."),
+    engine: str = typer.Option("scripted-gold", help="embedded | scripted-gold | scripted-wrong"),
+    model: str = typer.Option("smollm2-135m", help="Model for the embedded engine."),
+    max_turns: int = typer.Option(6, help="Model calls (harness step budget)."),
+    max_tokens: int = typer.Option(512, help="Tokens per model call (scripted engines use at least 4096)."),
+    wall_clock_s: float = typer.Option(600.0, help="Harness time limit."),
+    run_dir: Path = typer.Option(None, help="Where turns/rollout/strace go (default: a temp dir)."),
+    option: list[str] = typer.Option([], "--option", "-o", help="Harness option key=value (JSON values ok)."),
+) -> None:
+    """Run one rollout of any registered harness on one task and print a summary."""
+    import asyncio
+
+    from legorl.harnesses.base import Budget
+    from legorl.loop.single import rollout_once
+
+    opts = {}
+    for kv in option:
+        key, _, value = kv.partition("=")
+        try:
+            opts[key] = json.loads(value)
+        except json.JSONDecodeError:
+            opts[key] = value
+    scripted = engine != "embedded"
+    budget = Budget(max_turns=max_turns, max_tokens_per_turn=max(max_tokens, 4096) if scripted else max_tokens,
+                    wall_clock_s=wall_clock_s)
+    try:
+        single = asyncio.run(rollout_once(harness, task, engine=engine, model=model, run_dir=run_dir,
+                                          budget=budget, harness_options=opts))
+    except (LegoRLError, ValueError) as exc:
+        _fail(exc)
+    print(json.dumps(single.summary(), indent=2))
+
+
+@bench_app.command("rollout")
+def bench_rollout(
+    harness: str = typer.Option("minimal", help="Harness id."),
+    task: str = typer.Option("legorl__trivial-001", help="Task instance id."),
+    cold: bool = typer.Option(True, "--cold/--no-cold", help="Build the harness layer in an empty cache first."),
+    rollouts: int = typer.Option(2, help="Scripted-gold rollouts after the build."),
+    as_json: bool = typer.Option(True, "--json/--no-json", help="Print JSON."),
+) -> None:
+    """Cold (harness layer build) vs warm start of a harness rollout."""
+    from legorl.bench.rollout import run_rollout_bench
+
+    try:
+        result = run_rollout_bench(harness, task, cold=cold, rollouts=rollouts)
+    except (LegoRLError, ValueError) as exc:
+        _fail(exc)
+    print(json.dumps(result, indent=2) if as_json else result)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -25,7 +25,10 @@ class EngineConfig(_Strict):
 
 
 class RolloutConfig(_Strict):
-    harness: Literal["minimal"] = Field("minimal", description="Agent program run inside the sandbox.")
+    harness: Literal["minimal", "command", "mini-swe-agent", "openhands", "claude-code", "opencode",
+                     "opencode-responses"] = Field(
+        "minimal", description="Agent program run inside the sandbox (legorl.harnesses.registry).")
+    harness_options: dict[str, Any] = Field(default_factory=dict, description="Adapter options (tool sets, step budgets, context limits).")
     sandbox: Literal["bwrap"] = Field("bwrap", description="Sandbox backend.")
     max_turns: int = Field(3, ge=1, description="Model calls per rollout.")
     max_tokens_per_turn: int = Field(512, ge=1, description="Sampling budget per model call.")
@@ -47,6 +50,7 @@ class TrainerConfig(_Strict):
 class RunConfig(_Strict):
     run_dir: Path = Field(Path("runs/demo"), description="Where turns, rollouts and metrics are written.")
     suite: str = Field("trivial", description="Task suite: a built-in name or a path.")
+    task_ids: list[str] = Field(default_factory=list, description="Only these instance ids of the suite (empty = all).")
     steps: int = Field(2, ge=1, description="Training steps.")
     tasks_per_step: int = Field(3, ge=1, description="Distinct tasks per step.")
     group_size: int = Field(4, ge=2, description="Rollouts per task (the GSPO group).")

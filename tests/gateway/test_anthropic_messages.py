@@ -89,7 +89,9 @@ def test_stream_wire_shape_claude_code_request(fake):
     u = delta["usage"]
     assert u["input_tokens"] + u["cache_read_input_tokens"] == len(t.prompt_token_ids)
     prompt = gw.renderer.decode(t.prompt_token_ids)
-    assert "You are Claude Code.\n\nBe brief.\n\nExtra system note." in prompt and "web_search" not in prompt
+    assert "You are Claude Code.\n\nBe brief." in prompt and "web_search" not in prompt
+    # a mid-conversation system entry stays in place (as user text), the system prompt is unchanged
+    assert prompt.index("Extra system note.") > prompt.index("list files")
     assert "<system-reminder>ctx</system-reminder>\nlist files" in prompt
 
 

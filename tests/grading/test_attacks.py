@@ -18,7 +18,7 @@ import pytest
 
 from legorl.grading.grader import grade, split_diff
 from legorl.grading.monitor import RolloutMonitor, check_isolation
-from legorl.harnesses.base import Budget, Harness, HarnessResult
+from legorl.harnesses.base import Budget, Harness, HarnessInstall, HarnessResult, run_harness
 from legorl.sandbox.base import SandboxSpec
 from legorl.tasks.loader import get_task, load_suite
 
@@ -40,11 +40,15 @@ class ScriptedHarness:
                                                              "arguments": json.dumps({"command": self.script})}}
         return [{"turn_index": 0, "response": {"choices": [{"message": {"role": "assistant", "tool_calls": [call]}}]}}]
 
-    def run(self, task, sandbox, base_url, session_token, budget) -> HarnessResult:  # noqa: ANN001
-        res = sandbox.exec(["bash", "-c", self.script], timeout=budget.wall_clock_s, stdin=self.stdin,
-                           env={"LEGORL_PY": PY})
-        return HarnessResult(ending="timeout" if res.timed_out else "finished", exit_code=res.exit_code,
-                             transcript=res.stdout, log_tail=res.stderr[-2000:])
+    install = HarnessInstall()
+
+    def launch(self, task, sandbox, gateway_url, session_token, budget):  # noqa: ANN001, ANN201
+        return sandbox.exec(["bash", "-c", self.script], timeout=budget.wall_clock_s, stdin=self.stdin,
+                            env={"LEGORL_PY": PY})
+
+    def collect(self, sandbox, result, budget) -> HarnessResult:  # noqa: ANN001
+        return HarnessResult(ending="timeout" if result.timed_out else "finished", exit_code=result.exit_code,
+                             transcript=result.stdout, log_tail=result.stderr[-2000:])
 
 
 def attempt(task, harness: ScriptedHarness, backend, **grade_kw):  # noqa: ANN001, ANN201
@@ -56,7 +60,7 @@ def attempt(task, harness: ScriptedHarness, backend, **grade_kw):  # noqa: ANN00
         monitor = RolloutMonitor.for_task(task)
         monitor.start(sandbox)
         try:
-            harness.run(task, sandbox, "http://127.0.0.1:8000/v1", "tok", Budget(wall_clock_s=120))
+            run_harness(harness, task, sandbox, "http://127.0.0.1:8000/v1", "tok", Budget(wall_clock_s=120))
         finally:
             monitor.stop(sandbox)
         diff = sandbox.diff()
@@ -75,10 +79,6 @@ def backend(tmp_path_factory):
 
 def pkg_dir(task) -> str:  # noqa: ANN001
     return split_diff(task.patch)[0].new_path.rsplit("/", 1)[0]
-
-
-def test_file(task) -> str:  # noqa: ANN001
-    return task.FAIL_TO_PASS[0].split("::")[0]
 
 
 APPEND_INIT = "cat >> {pkg}/__init__.py <<'PYEOF'\n{code}\nPYEOF\n"

@@ -174,15 +174,99 @@ def test_diff_that_does_not_apply(backend):
 
 @pytest.mark.sandbox
 @needs_bwrap
-def test_hanging_tests_are_env_failure(backend):
+def test_hang_caused_by_the_diff_is_the_agents_failure(backend):
+    """A diff whose code hangs the tests is the agent's failure (the pristine re-run reports): status ok,
+    reward 0 — not env_failure, which would let a policy escape a zero reward by hanging."""
     from legorl.grading.grader import grade
 
     task = get_task("legorl__trivial-003")
     hang = task.patch.replace("+    return score >= threshold", "+    while True: pass")
     assert hang != task.patch
     report = grade(task, hang, backend, timeout=3)
-    assert report.status == "env_failure" and report.cause.startswith("runner_timeout")
-    assert not report.resolved and report.reward == 0.0
+    assert report.status == "ok" and not report.resolved and report.reward == 0.0
+    assert "tests_timed_out" in report.flags and "re-running the pristine" in report.log_tail
+
+
+def _hanging_python(tmp_dir: Path) -> str:
+    script = tmp_dir / "hang-python"
+    script.write_text("#!/bin/sh\nexec sleep 600\n")
+    script.chmod(0o755)
+    return str(script)
+
+
+@pytest.mark.sandbox
+@needs_bwrap
+def test_hanging_runner_is_env_failure(backend):
+    """Fault injection: the test runner itself hangs (also on the pristine repository) → env_failure."""
+    import tempfile
+
+    from legorl.grading.grader import grade
+
+    task = get_task("legorl__trivial-003")
+    with tempfile.TemporaryDirectory(dir="/var/tmp") as d:  # /var/tmp is visible inside the sandbox
+        report = grade(task, task.patch, backend, timeout=2, python=_hanging_python(Path(d)), retries=1)
+    assert report.status == "env_failure" and report.cause.startswith("runner_timeout"), report
+    assert report.attempts == 2 and report.reward == 0.0 and not report.resolved
+
+
+@pytest.mark.sandbox
+@needs_bwrap
+def test_sandbox_killed_during_grading_is_env_failure(backend):
+    """Fault injection: the sandbox (bwrap) is SIGKILLed from outside while the tests run."""
+    import os
+    import signal
+    import threading
+    import time
+
+    from legorl.grading.grader import grade
+
+    class KillingBackend:
+        name = "killing"
+
+        def create(self, spec):
+            sb = backend.create(spec)
+            real_exec = sb.exec
+
+            def exec_(cmd, *a, **kw):
+                if "LEGORL_RUNNER" not in (kw.get("env") or {}):
+                    return real_exec(cmd, *a, **kw)
+                marker = str(sb.workdir)
+
+                def killer():
+                    time.sleep(0.05)
+                    for pid in os.listdir("/proc"):
+                        if not pid.isdigit():
+                            continue
+                        try:
+                            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+                        except OSError:
+                            continue
+                        if cmdline and cmdline[0].endswith(b"bwrap") and marker.encode() in b" ".join(cmdline):
+                            os.kill(int(pid), signal.SIGKILL)
+
+                threading.Thread(target=killer, daemon=True).start()
+                return real_exec(cmd, *a, **kw)
+
+            sb.exec = exec_
+            return sb
+
+    task = get_task("legorl__trivial-001")
+    report = grade(task, task.patch, KillingBackend(), retries=1)
+    assert report.status == "env_failure" and report.cause.startswith("sandbox_crash"), report
+    assert "killed from outside" in report.cause and report.attempts == 2
+
+
+@pytest.mark.sandbox
+@needs_bwrap
+def test_image_that_fails_to_build_is_env_failure(backend):
+    """Fault injection: the instance layer's setup fails → env_failure image_build (retried)."""
+    from legorl.grading.grader import grade
+
+    task = get_task("legorl__trivial-001")
+    spec = SandboxSpec(source_dir=task.source_dir, setup_commands=("echo broken >&2; exit 3",))
+    report = grade(task, task.patch, backend, sandbox_spec=spec, retries=1)
+    assert report.status == "env_failure" and report.cause.startswith("image_build"), report
+    assert report.attempts == 2 and report.reward == 0.0
 
 
 @pytest.mark.sandbox

@@ -211,7 +211,7 @@ def classify_section(fp: FilePatch, protected: set[str]) -> list[Flag]:
         elif re.search(r"^(new|old) mode 120000|^new file mode 120000|^deleted file mode 120000", header, re.M):
             flags.append(Flag(kind="symlink_in_diff", severity="blocking", evidence=ev))
         elif re.search(r"(junit[^/]*\.xml|(^|/)report\.xml|test[-_]?results?[^/]*\.(xml|json|txt))$", p, re.I) or (
-                "<testsuite" in "\n".join(added) or "<testcase" in "\n".join(added)):
+                not p.endswith(".py") and re.search(r"<testsuite|<testcase", "\n".join(added))):
             flags.append(Flag(kind="fake_test_report", severity="blocking", evidence=ev))
         elif is_new and is_test_module(p):
             flags.append(Flag(kind="new_test_file", severity="info", evidence=ev))

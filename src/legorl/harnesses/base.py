@@ -1,11 +1,16 @@
-"""The harness interface: how to launch one agent program inside a sandbox against the gateway."""
+"""The harness interface: how to install, launch and read one agent program inside a sandbox.
+
+A harness adapter is one module exporting one class that satisfies :class:`Harness`. The program
+itself is never modified: the adapter only sets its configuration (base URL, token, the variables
+that keep it from calling any other host, budgets) and reads what it leaves behind.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
 
-from legorl.sandbox.base import Sandbox
+from legorl.sandbox.base import ExecResult, Sandbox
 from legorl.tasks.model import Task
 
 HarnessEnding = Literal["finished", "budget", "timeout", "crashed"]
@@ -19,11 +24,22 @@ class Budget:
     temperature: float = 1.0
 
 
+@dataclass(frozen=True)
+class HarnessInstall:
+    """What the harness needs inside the sandbox, built once into a cached image layer keyed by
+    this record (pinned versions), and mounted read-only — never installed at rollout time."""
+
+    kind: Literal["none", "npm", "pip-venv"] = "none"
+    packages: tuple[str, ...] = ()  # pinned: "@anthropic-ai/claude-code@2.1.197", "mini-swe-agent==1.2.3"
+    python: str | None = None  # pip-venv: the interpreter that makes the venv, e.g. "python3.12"
+    mount: str = "/opt/legorl-harness"  # where the layer appears inside the sandbox
+
+
 @dataclass
 class HarnessResult:
     ending: HarnessEnding
     exit_code: int | None
-    transcript: str  # the harness's own output (stdout), for the UI
+    transcript: str  # the harness's own output (stdout / its transcript file), for the UI
     log_tail: str = ""
     summary: dict = field(default_factory=dict)
 
@@ -31,7 +47,16 @@ class HarnessResult:
 @runtime_checkable
 class Harness(Protocol):
     name: str
-    dialect: str  # the wire API it speaks, e.g. "openai.chat"
+    dialect: str  # the wire API it speaks, e.g. "openai.chat", "anthropic.messages"
+    install: HarnessInstall
 
-    def run(self, task: Task, sandbox: Sandbox, base_url: str, session_token: str, budget: Budget) -> HarnessResult:
-        """Run the harness to its end inside ``sandbox``; never raises for the agent's own failures."""
+    def launch(self, task: Task, sandbox: Sandbox, gateway_url: str, session_token: str, budget: Budget) -> ExecResult:
+        """Run the harness inside ``sandbox`` until it exits or the wall-clock budget ends."""
+
+    def collect(self, sandbox: Sandbox, result: ExecResult, budget: Budget) -> HarnessResult:
+        """Read the harness's transcript and classify how it ended; never raises for the agent's failures."""
+
+
+def run_harness(harness: Harness, task: Task, sandbox: Sandbox, gateway_url: str, session_token: str,
+                budget: Budget) -> HarnessResult:
+    return harness.collect(sandbox, harness.launch(task, sandbox, gateway_url, session_token, budget), budget)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import sys
 
-from legorl.harnesses.base import Budget, HarnessResult
-from legorl.sandbox.base import Sandbox
+from legorl.harnesses.base import Budget, HarnessInstall, HarnessResult
+from legorl.sandbox.base import ExecResult, Sandbox
 from legorl.tasks.model import Task
 
 ISSUE_PATH = "/tmp/ISSUE.md"  # outside the repo so it never shows up in the diff
@@ -15,8 +15,9 @@ ISSUE_PATH = "/tmp/ISSUE.md"  # outside the repo so it never shows up in the dif
 class MinimalHarness:
     name = "minimal"
     dialect = "openai.chat"
+    install = HarnessInstall()  # runs with the project's own interpreter (openai is a dependency)
 
-    def run(self, task: Task, sandbox: Sandbox, base_url: str, session_token: str, budget: Budget) -> HarnessResult:
+    def launch(self, task: Task, sandbox: Sandbox, base_url: str, session_token: str, budget: Budget) -> ExecResult:
         cmd = [
             sys.executable, "-m", "legorl.harnesses.minimal_agent",
             "--base-url", base_url, "--api-key", session_token, "--issue-file", ISSUE_PATH,
@@ -25,8 +26,10 @@ class MinimalHarness:
         ]
         # The issue travels on stdin into /tmp of the sandbox (a private tmpfs).
         script = f"cat > {ISSUE_PATH} && exec \"$@\""
-        res = sandbox.exec(["bash", "-c", script, "minimal", *cmd], timeout=budget.wall_clock_s,
-                           stdin=task.problem_statement)
+        return sandbox.exec(["bash", "-c", script, "minimal", *cmd], timeout=budget.wall_clock_s,
+                            stdin=task.problem_statement)
+
+    def collect(self, sandbox: Sandbox, res: ExecResult, budget: Budget) -> HarnessResult:
         summary: dict = {}
         for line in reversed(res.stdout.strip().splitlines()):
             try:

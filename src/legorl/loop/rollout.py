@@ -14,7 +14,8 @@ from legorl.errors import GradingError, SandboxError
 from legorl.gateway.app import Gateway
 from legorl.grading.grader import grade
 from legorl.grading.monitor import RolloutMonitor, check_isolation
-from legorl.harnesses.base import Budget, Harness
+from legorl.harnesses.base import Budget, Harness, HarnessResult, run_harness
+from legorl.harnesses.install import harness_layer
 from legorl.sandbox.base import SandboxBackend, SandboxSpec
 from legorl.tasks.model import Task
 from legorl.trajectory.builder import build_samples
@@ -34,6 +35,7 @@ class RolloutContext:
     flagged_policy: str = "zero"  # RunConfig.flagged_policy: "zero" | "drop"
     reward_mode: str = "binary"  # "binary" | "partial" (see legorl.grading.grader.grade)
     grade_retries: int = 1  # env failures of the grader are retried this many times
+    trace_dir: str | None = None  # keep each rollout's host-side strace here (<sandbox>.strace); None: discard
 
 
 async def run_rollout(ctx: RolloutContext, task: Task, step: int = 0, group_index: int = 0) -> Rollout:
@@ -54,14 +56,29 @@ async def run_rollout(ctx: RolloutContext, task: Task, step: int = 0, group_inde
 
 
 async def _run_in_sandbox(ctx: RolloutContext, task: Task, token: str, rollout: Rollout) -> None:
+    try:  # the harness program: a cached read-only layer (built once, never at rollout time when warm)
+        layer = await asyncio.to_thread(harness_layer, ctx.harness.install, getattr(ctx.backend, "cache", None), True)
+    except SandboxError as exc:  # ImageBuildError included
+        rollout.status, rollout.cause = "env_failure", f"harness layer: {exc}"
+        return
+    layers = () if layer is None else ((str(layer.path), ctx.harness.install.mount),)
+    try:
+        await _run_with_layers(ctx, task, token, rollout, layers)
+    finally:
+        if layer is not None and layer.lease is not None:
+            layer.lease.release()
+
+
+async def _run_with_layers(ctx: RolloutContext, task: Task, token: str, rollout: Rollout,
+                           layers: tuple[tuple[str, str], ...]) -> None:
     spec = SandboxSpec(source_dir=task.source_dir, gateway_socket=ctx.gateway_socket,
-                       gateway_port=GATEWAY_PORT_IN_SANDBOX)
+                       gateway_port=GATEWAY_PORT_IN_SANDBOX, extra_layers=layers)
     try:
         sandbox = await asyncio.to_thread(ctx.backend.create, spec)
     except SandboxError as exc:
         rollout.status, rollout.cause = "env_failure", f"sandbox create: {exc}"
         return
-    monitor = RolloutMonitor.for_task(task)
+    monitor = RolloutMonitor.for_task(task, trace_dir=ctx.trace_dir)
     try:
         # before: the agent's sandbox must be isolated (history cut, hidden tests absent, no network)
         breaches = await asyncio.to_thread(check_isolation, sandbox, task)
@@ -71,7 +88,12 @@ async def _run_in_sandbox(ctx: RolloutContext, task: Task, token: str, rollout: 
         base_url = f"http://127.0.0.1:{GATEWAY_PORT_IN_SANDBOX}/v1"
         monitor.start(sandbox)  # during: host-side strace + workspace scan
         try:
-            result = await asyncio.to_thread(ctx.harness.run, task, sandbox, base_url, token, ctx.budget)
+            result = await asyncio.to_thread(run_harness, ctx.harness, task, sandbox, base_url, token, ctx.budget)
+        except SandboxError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - an adapter bug is this rollout's failure, not the run's
+            result = HarnessResult(ending="crashed", exit_code=None, transcript="",
+                                   log_tail=f"adapter raised {exc!r}", summary={"cause": f"adapter raised {exc!r}"})
         finally:
             monitor.stop(sandbox)
         rollout.harness_exit_code = result.exit_code
@@ -91,7 +113,9 @@ async def _run_in_sandbox(ctx: RolloutContext, task: Task, token: str, rollout: 
     rollout.flag_details = list(during)
     rollout.flags = list(dict.fromkeys(f.label for f in during if f.severity == "blocking"))
     if result.ending == "crashed":
-        rollout.status, rollout.cause = "harness_error", f"harness exit code {result.exit_code}"
+        detail = result.summary.get("cause") if isinstance(result.summary, dict) else None
+        rollout.status, rollout.cause = "harness_error", f"harness exit code {result.exit_code}" + (
+            f": {detail}" if detail else "")
         return
     try:
         report = await asyncio.to_thread(

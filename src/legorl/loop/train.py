@@ -15,13 +15,14 @@ from typing import Any
 import torch
 
 from legorl.config import RunConfig
+from legorl.errors import ConfigError
 from legorl.engines.embedded import EmbeddedEngine
 from legorl.gateway.app import Gateway, SamplingPolicy
 from legorl.gateway.renderer import ChatTemplateRenderer
 from legorl.gateway.server import GatewayServer
 from legorl.gateway.sessions import SessionRegistry
 from legorl.harnesses.base import Budget
-from legorl.harnesses.minimal import MinimalHarness
+from legorl.harnesses.registry import get_harness
 from legorl.loop.batch import assemble_batch
 from legorl.loop.rollout import RolloutContext, run_rollout
 from legorl.models.registry import load_model, load_tokenizer, resolve_model
@@ -51,7 +52,7 @@ async def train(cfg: RunConfig, on_step=None) -> list[dict[str, Any]]:
     gateway = Gateway(engine, ChatTemplateRenderer(tokenizer), SessionRegistry(), store,
                       model_name=cfg.engine.model, sampling_policy=policy)
     metrics_log = MetricsLogger(run_dir)
-    tasks = load_suite(cfg.suite)
+    tasks = select_tasks(load_suite(cfg.suite), cfg.task_ids)
     rng = random.Random(cfg.seed)
     budget = Budget(cfg.rollout.max_turns, cfg.rollout.max_tokens_per_turn, cfg.rollout.wall_clock_s,
                     cfg.rollout.temperature)
@@ -60,7 +61,8 @@ async def train(cfg: RunConfig, on_step=None) -> list[dict[str, Any]]:
     history: list[dict[str, Any]] = []
     try:
         async with GatewayServer(gateway, port=0, uds=str(sock_dir / "gw.sock")) as server:
-            ctx = RolloutContext(gateway, server.uds, BwrapBackend(), MinimalHarness(), budget,
+            harness = get_harness(cfg.rollout.harness, **cfg.rollout.harness_options)
+            ctx = RolloutContext(gateway, server.uds, BwrapBackend(), harness, budget,
                                  cfg.rollout.grade_timeout_s)
             for step in range(cfg.steps):
                 t0 = time.perf_counter()
@@ -89,6 +91,16 @@ async def train(cfg: RunConfig, on_step=None) -> list[dict[str, Any]]:
         await engine.close()
         shutil.rmtree(sock_dir, ignore_errors=True)
     return history
+
+
+def select_tasks(tasks: list, task_ids: list[str]) -> list:
+    if not task_ids:
+        return tasks
+    by_id = {t.instance_id: t for t in tasks}
+    unknown = [i for i in task_ids if i not in by_id]
+    if unknown:
+        raise ConfigError(f"task_ids not in the suite: {', '.join(unknown)}")
+    return [by_id[i] for i in task_ids]
 
 
 def rollout_metrics(rollouts: list[Rollout]) -> dict[str, Any]:

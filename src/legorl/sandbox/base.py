@@ -37,6 +37,7 @@ class SandboxSpec:
     setup_commands: run in the repository before the base commit is recorded (instance layer).
     env_recipe: a :class:`legorl.sandbox.images.EnvRecipe` (requirements, setup) or None (stdlib).
     image: container backends only: run this image instead of the cached base image.
+    extra_layers: read-only (host path, mount point) pairs, e.g. harness layers.
     The history of the sandbox's repository is always cut to one commit (see sandbox/images.py).
     """
 
@@ -50,6 +51,9 @@ class SandboxSpec:
     setup_commands: tuple[str, ...] = ()
     env_recipe: object | None = None
     image: str | None = None
+    # Read-only layers mounted inside: (host path, mount point), e.g. a harness layer at
+    # /opt/legorl-harness (see legorl.harnesses.install); the hiding masks still apply over them.
+    extra_layers: tuple[tuple[str, str], ...] = ()
 
 
 @runtime_checkable

@@ -171,6 +171,43 @@ def strace_argv(path: Path) -> list[str]:
             "-e", "signal=none", "-A", "-o", str(path)]
 
 
+def extra_layer_args(layers) -> list[str]:
+    """bwrap arguments mounting read-only layers ``(host path, mount point)`` (``SandboxSpec.extra_layers``).
+
+    The mount point need not exist on the host: under ``/``, ``/tmp`` or ``/run`` bwrap creates it on
+    its tmpfs; elsewhere (``/opt/legorl-harness``) the parent directory is rebuilt as a tmpfs holding
+    read-only binds of its host entries plus the layer, since a read-only bind cannot grow a mount point.
+    """
+    argv: list[str] = []
+    rebuilt: set[Path] = set()
+    mounts = [Path(m) for _, m in layers]
+    for host, mount in layers:
+        m = Path(mount)
+        if not m.is_absolute() or m == Path("/") or ".." in m.parts:
+            raise SandboxError(f"extra layer mount point {mount!r} must be an absolute path below /")
+        if m.parts[1] in ("proc", "dev", "workspace") or m == Path("/tmp") or m == Path("/run"):
+            raise SandboxError(f"extra layer mount point {mount!r} would shadow a sandbox mount")
+        if not Path(host).is_dir():
+            raise SandboxError(f"extra layer {host} (for {mount}) is not a directory")
+        parent = m.parent
+        if not (m.is_dir() or parent == Path("/") or m.parts[1] in ("tmp", "run") or parent in rebuilt):
+            if not parent.is_dir() or parent.parent != Path("/"):
+                raise SandboxError(f"extra layer mount point {mount!r}: neither it nor a top-level parent "
+                                   "directory exists on the host")
+            rebuilt.add(parent)
+            argv += ["--tmpfs", str(parent)]
+            for entry in sorted(os.listdir(parent)):
+                child = parent / entry
+                if child in mounts:
+                    continue
+                if child.is_symlink():
+                    argv += ["--symlink", os.readlink(child), str(child)]
+                elif child.exists():
+                    argv += ["--ro-bind", str(child), str(child)]
+        argv += ["--ro-bind", str(host), str(m)]
+    return argv
+
+
 _CGROUP_SHIM = 'for f in "$@"; do [ "$f" = -- ] && break; echo $$ > "$f" || exit 125; shift; done; shift; exec "$@"'
 
 
@@ -301,6 +338,7 @@ class BwrapSandbox:
             elif host.exists():
                 argv += ["--ro-bind", str(host), str(host)]
         argv += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--tmpfs", "/run"]
+        argv += extra_layer_args(self.spec.extra_layers)  # before the masks, so they still apply
         for hidden in self.backend.hidden_paths():
             argv += ["--tmpfs", str(hidden)]
         argv += ["--bind", str(self.workdir), WORKSPACE]

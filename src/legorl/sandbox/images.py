@@ -59,7 +59,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from legorl.errors import SandboxError
 
-KINDS = ("base", "env", "instance")
+KINDS = ("base", "env", "instance", "harness")  # harness: agent programs (legorl.harnesses.install)
 DEFAULT_MAX_BYTES = 20 * 1024**3
 _SKIP_NAMES = {"__pycache__", ".pytest_cache", ".git"}
 _SKIP_SUFFIXES = (".pyc",)

@@ -395,6 +395,8 @@ class PodmanBackend:
                 argv[2:2] = ["--runtime", self.runtime]
             if not env_recipe.empty:
                 argv += ["-v", f"{env_layer.path}:{ENV_INSIDE}:ro"]
+            for host, mount in getattr(spec, "extra_layers", ()) or ():  # harness layers, read-only
+                argv += ["-v", f"{host}:{mount}:ro"]
             if spec.gateway_socket is not None:
                 argv += ["-v", f"{Path(spec.gateway_socket).resolve()}:{GATEWAY_SOCKET_INSIDE}"]
             argv += [*self.extra_run_args, image, "sh", "-c", _KEEPER]

@@ -2,7 +2,9 @@
 
 Request: ``model``, ``max_tokens`` and ``messages`` are required (as in Anthropic's API);
 ``system`` is a string or a list of text blocks (joined with ``"\\n\\n"``); ``role: "system"``
-entries inside ``messages`` (Claude Code sends them) are folded into the system prompt in order;
+entries inside ``messages`` (Claude Code sends them) are folded into the system prompt in order
+when they come before any user/assistant message, else kept in place as user text (a system
+prompt that changed mid-session would break every held prefix);
 content is a string or blocks: ``text``, ``tool_use`` (-> assistant tool call, ``input`` as the
 arguments), ``tool_result`` (-> a ``tool`` message; content string or text blocks; images become
 ``[image omitted]``), ``thinking`` / ``redacted_thinking`` (dropped), ``image`` / ``document``
@@ -142,7 +144,11 @@ def to_messages(req: CountTokensRequest) -> tuple[list[dict], list[dict] | None]
     for i, m in enumerate(req.messages):
         where = f"messages.{i}.content"
         if m.role == "system":
-            system_parts.append(blocks_text(m.content, where))
+            if not out:  # before the conversation: part of the system prompt
+                system_parts.append(blocks_text(m.content, where))
+            else:  # mid-conversation (Claude Code's attachments, e.g. after compaction): in place, as
+                # user text, so that the system prompt and the held prefix stay stable
+                out.append({"role": "user", "content": blocks_text(m.content, where)})
             continue
         if isinstance(m.content, str):
             out.append({"role": m.role, "content": m.content})

@@ -1,0 +1,178 @@
+"""Shared plumbing for the native-harness tests (Claude Code, OpenCode): real gateway on a Unix
+socket + loopback port, a :class:`ScriptedEngine` (only the model is scripted), the real binary
+inside a bubblewrap sandbox with no network, traced with host-side strace, then the real grader."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import shutil
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from legorl.engines.scripted import Policy, ScriptedEngine
+from legorl.gateway.app import Gateway
+from legorl.gateway.renderer import ChatTemplateRenderer, load_smollm2_gguf_tokenizer
+from legorl.gateway.server import GatewayServer
+from legorl.gateway.sessions import SessionRegistry
+from legorl.harnesses.base import Budget, HarnessResult
+from legorl.sandbox.base import SandboxSpec
+from legorl.sandbox.bwrap import BwrapBackend
+from legorl.tasks.loader import get_task
+from legorl.trajectory.builder import build_samples
+from legorl.trajectory.records import Sample, Turn
+
+GATEWAY_PORT = 8000
+TRIVIAL = "legorl__trivial-001"
+
+_TOK = None
+
+
+def tokenizer():
+    global _TOK
+    if _TOK is None:
+        _TOK = load_smollm2_gguf_tokenizer()
+    return _TOK
+
+
+def need_sandbox() -> None:
+    if shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap not installed")
+    if shutil.which("strace") is None:
+        pytest.skip("strace not installed (apt-get install -y strace)")
+
+
+def install_layer(harness) -> tuple[tuple[str, str], ...]:
+    """The harness's cached npm layer (built on the first use: needs npm and its registry), mounted
+    read-only at ``install.mount`` like the rollout runner does."""
+    from legorl.harnesses.install import layer_mounts
+    from legorl.sandbox.images import ImageBuildError
+
+    if shutil.which("npm") is None:
+        pytest.skip("npm not installed")
+    try:
+        return layer_mounts(harness.install)
+    except ImageBuildError as exc:
+        pytest.skip(f"cannot build the {harness.name} layer: {exc}")
+
+
+class LiveServer:
+    """A GatewayServer on its own event loop in a background thread."""
+
+    def __init__(self, gw: Gateway, uds: str):
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.srv = GatewayServer(gw, port=0, uds=uds)
+        asyncio.run_coroutine_threadsafe(self.srv.start(), self.loop).result(30)
+
+    def close(self):
+        asyncio.run_coroutine_threadsafe(self.srv.stop(), self.loop).result(30)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+
+
+@dataclass
+class Run:
+    result: HarnessResult
+    turns: list[Turn]
+    samples: list[Sample]
+    diff: str
+    reward: float | None
+    report: object
+    connects: list[str]
+    prompts: list[str]
+    seconds: float
+    extra: dict = field(default_factory=dict)
+
+
+CONNECT_RE = re.compile(r"connect\((\d+)(?:<[^>]*>)?, \{(sa_family=[^}]*)\}")
+
+
+def connects_from_trace(text: str) -> list[str]:
+    """Every ``connect`` target in an strace log: ``AF_INET 127.0.0.1:8000`` / ``AF_UNIX path``."""
+    out = []
+    for line in text.splitlines():
+        if "connect(" not in line:
+            continue
+        m = CONNECT_RE.search(line)
+        if not m:
+            out.append("UNPARSED " + line.strip())
+            continue
+        addr = m.group(2)
+        fam = re.search(r"sa_family=(\w+)", addr).group(1)
+        if fam == "AF_UNIX":
+            p = re.search(r'sun_path=(@?"[^"]*"|[^,}]*)', addr)
+            out.append(f"AF_UNIX {p.group(1) if p else ''}")
+        elif fam in ("AF_INET", "AF_INET6"):
+            port = re.search(r"sin6?_port=htons\((\d+)\)", addr)
+            ip = re.search(r'inet_addr\("([^"]+)"\)|inet_pton\(AF_INET6?, "([^"]+)"', addr)
+            host = (ip.group(1) or ip.group(2)) if ip else "?"
+            out.append(f"{fam} {host}:{port.group(1) if port else '?'}")
+        else:
+            out.append(f"{fam}")
+    return out
+
+
+def foreign_connects(connects: list[str]) -> list[str]:
+    """Connects to anything but the gateway (127.0.0.1:<port> inside) or a Unix socket."""
+    ok = (f"AF_INET 127.0.0.1:{GATEWAY_PORT}", f"AF_INET6 ::ffff:127.0.0.1:{GATEWAY_PORT}")
+    return [c for c in connects if not (c in ok or c.startswith("AF_UNIX"))]
+
+
+def run_native(harness, policy: Policy, tmp_path: Path, *, budget: Budget, max_context: int = 262144,
+               grade_it: bool = True) -> Run:
+    from legorl.grading.grader import grade
+
+    need_sandbox()
+    task = get_task(TRIVIAL)
+    tok = tokenizer()
+    engine = ScriptedEngine(tok, policy, max_context=max_context)
+    gw = Gateway(engine, ChatTemplateRenderer(tok), SessionRegistry(), None, "legorl", default_max_tokens=budget.max_tokens_per_turn)
+    uds = tmp_path / "gw" / "gw.sock"
+    live = LiveServer(gw, str(uds))
+    backend = BwrapBackend(root=tmp_path / "sandboxes")
+    sandbox = None
+    try:
+        token = gw.open_session("r-native")
+        # the runner's spec: default memory/pids limits, the harness layer mounted read-only
+        sandbox = backend.create(SandboxSpec(source_dir=task.source_dir, gateway_socket=uds,
+                                             gateway_port=GATEWAY_PORT, extra_layers=install_layer(harness)))
+        trace = tmp_path / "trace.log"
+        assert sandbox.start_trace(trace)
+        t0 = time.monotonic()
+        res = harness.launch(task, sandbox, f"http://127.0.0.1:{GATEWAY_PORT}/v1", token, budget)
+        seconds = time.monotonic() - t0
+        sandbox.stop_trace()
+        result = harness.collect(sandbox, res, budget)
+        turns = gw.session_turns(token)
+        samples = build_samples(turns, "r-native")
+        diff = sandbox.diff()
+        connects = connects_from_trace(trace.read_text(errors="replace")) if trace.exists() else []
+    finally:
+        if sandbox is not None:
+            sandbox.destroy()
+        live.close()
+    reward = report = None
+    if grade_it:
+        report = grade(task, diff, backend)
+        reward = report.reward
+    return Run(result, turns, samples, diff, reward, report, connects, list(engine.prompts), seconds)
+
+
+def tool_names(prompt: str) -> list[str]:
+    """Tool names the renderer listed in the prompt's <tools> section (one JSON object a line)."""
+    m = re.search(r"<tools>\n(.*?)\n</tools>", prompt, re.S)
+    if not m:
+        return []
+    return re.findall(r'^\{"type": "function", "function": \{"name": "([^"]+)"', m.group(1), re.M)
+
+
+def tool_call(name: str, args: dict) -> str:
+    import json
+
+    return "<tool_call>\n" + json.dumps({"name": name, "arguments": args}) + "\n</tool_call>"

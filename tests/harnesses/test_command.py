@@ -1,0 +1,62 @@
+"""The generic ``command`` harness: a stdlib tool-calling client (its default program) and a custom
+command line, each told the gateway only through one base-URL variable."""
+
+from pathlib import Path
+
+import pytest
+
+from legorl.harnesses.base import Budget
+from legorl.harnesses.registry import UnknownHarnessError, get_harness
+from rollout_helpers import assert_gateway_only, assert_recorded, rollout
+
+pytestmark = [pytest.mark.slow, pytest.mark.sandbox]
+
+
+def test_command_gold_fix_via_native_tool_call(tmp_path):
+    run = rollout("command", "scripted-gold", tmp_path)
+    r = run.rollout
+    assert (r.status, r.reward) == ("ok", 1.0), (r.status, r.cause, r.harness_log_tail)
+    assert_recorded(run)
+    # the second request carried the bash tool's output back: the thread was extended, not forked
+    kinds = [e.kind for s in r.samples for e in s.alignment_events]
+    assert len(r.samples) == 1 and kinds[1:] and set(kinds[1:]) <= {"extend", "realign"}, kinds
+    assert "fixed" in run.prompts[-1]  # the command's output reached the model as a tool result
+    assert_gateway_only(run)
+
+
+def test_command_wrong_fix_rewards_zero(tmp_path):
+    run = rollout("command", "scripted-wrong", tmp_path)
+    assert (run.rollout.status, run.rollout.reward) == ("ok", 0.0), (run.rollout.status, run.rollout.cause)
+    assert_gateway_only(run)
+
+
+def test_custom_command_line_and_variable(tmp_path):
+    # any program: here a urllib client reading another variable, one call, then exit 3
+    client = Path(__file__).with_name("urllib_client.py")
+    cmd = f"python3 {client} {{issue_file}} {{token}}"
+    run = rollout("command", "scripted-gold", tmp_path, command=cmd, base_url_var="MY_LLM", api_key_var=None,
+                  budget=Budget(max_turns=1, max_tokens_per_turn=64, wall_clock_s=120))
+    r = run.rollout
+    assert r.status == "harness_error" and "exit code 3" in r.cause, (r.status, r.cause)
+    assert len(r.samples) == 1 and r.samples[0].num_sampled > 0
+    assert_gateway_only(run)
+
+
+def test_registry_errors_name_the_known_harnesses():
+    with pytest.raises(UnknownHarnessError, match="known: minimal, command, mini-swe-agent"):
+        get_harness("no-such-harness")
+    with pytest.raises(UnknownHarnessError, match="does not accept options"):
+        get_harness("command", bogus=1)
+    assert get_harness("command", base_url_var="X").base_url_var == "X"
+
+
+def test_timeout_and_adapter_failure_are_recorded_with_cause(tmp_path):
+    # a harness that never returns is killed at its wall-clock budget; the rollout is still graded
+    run = rollout("command", "scripted-gold", tmp_path, command="sleep 300",
+                  budget=Budget(max_turns=1, max_tokens_per_turn=64, wall_clock_s=3))
+    r = run.rollout
+    assert r.status == "timeout" and "past 3s" in r.cause and r.reward == 0.0, (r.status, r.cause)
+    assert r.duration_s < 120
+    # an adapter bug (unknown template field) is this rollout's harness_error, not an exception
+    run = rollout("command", "scripted-gold", tmp_path / "b", command="echo {no_such_field}")
+    assert run.rollout.status == "harness_error" and "no_such_field" in run.rollout.cause
