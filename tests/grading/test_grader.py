@@ -277,3 +277,20 @@ def test_runner_crash_without_report_is_env_failure(backend):
     task = get_task("legorl__trivial-001")
     report = grade(task, task.patch, backend, python="/nonexistent/python")
     assert report.status == "env_failure" and report.cause.startswith("runner_crashed")
+
+
+@pytest.mark.sandbox
+@needs_bwrap
+def test_patch_that_breaks_imports_is_an_honest_failure_not_a_forgery(backend):
+    # Seen with SmolLM2: a rewrite whose module recurses or fails to import makes collection error,
+    # so nothing runs — not even the canaries. That claims nothing: reward 0, no blocking flag.
+    from legorl.grading.grader import grade
+
+    task = get_task("legorl__trivial-001")
+    src = (task.source_dir / "calc" / "arith.py").read_text().splitlines()
+    diff = "diff --git a/calc/arith.py b/calc/arith.py\n--- a/calc/arith.py\n+++ b/calc/arith.py\n" \
+           f"@@ -1,{len(src)} +1 @@\n" + "".join(f"-{line}\n" for line in src) + "+def add(a, b) return a +\n"
+    report = grade(task, diff, backend)
+    assert report.status == "ok" and report.reward == 0.0 and not report.resolved
+    assert "forged_results" not in report.flags and not report.blocking_flags()
+    assert "tests_not_run" in report.flags

@@ -89,6 +89,7 @@ def test_claude_code_solves_trivial_task_only_talking_to_gateway(tmp_path):
     run = run_native(harness(), steps_policy([READ, FIX_ADD]), tmp_path, budget=BUDGET)
     assert run.result.ending == "finished", (run.result.summary, run.result.log_tail)
     assert run.result.summary["tool_uses"] == ["Read", "Edit"]
+    assert all(sorted(x["name"] for x in t.request["tools"]) == ["Bash", "Edit", "Read", "Write"] for t in run.turns)
     assert "+    return a + b" in run.diff and run.reward == 1.0
     # every call went through the gateway as a Turn; Samples build without alignment errors
     assert len(run.turns) == 3 and all(t.dialect == "anthropic.messages" for t in run.turns)

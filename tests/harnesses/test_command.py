@@ -56,7 +56,7 @@ def test_timeout_and_adapter_failure_are_recorded_with_cause(tmp_path):
                   budget=Budget(max_turns=1, max_tokens_per_turn=64, wall_clock_s=3))
     r = run.rollout
     assert r.status == "timeout" and "past 3s" in r.cause and r.reward == 0.0, (r.status, r.cause)
-    assert r.duration_s < 120
+    assert r.duration_s < 300  # killed at 3 s; the rest is sandbox set-up and grading (slow under load)
     # an adapter bug (unknown template field) is this rollout's harness_error, not an exception
     run = rollout("command", "scripted-gold", tmp_path / "b", command="echo {no_such_field}")
     assert run.rollout.status == "harness_error" and "no_such_field" in run.rollout.cause

@@ -564,6 +564,14 @@ def _grade_in(sandbox, task, filtered, flags, protected, expected, python, timeo
     # Cross-checks: canaries must fail, junit must agree with the stream, exit code must agree.
     forged: list[str] = []
     bad_canaries = {c: o for c, o in run.canary.items() if o not in ("failed",)}
+    # A run where nothing passed and pytest failed (e.g. the patch broke imports, so collection
+    # errored and not even the canaries ran) claims nothing: missing canaries are no evidence of forgery.
+    claims_nothing = run.rc != 0 and not any(v == "passed" for v in tests.values()) and \
+        not any(o == "passed" for o in run.canary.values())
+    if claims_nothing and bad_canaries:
+        flags.append(Flag(kind="tests_not_run", severity="info",
+                          evidence={"source": "runner", "detail": f"pytest exit {run.rc}; canaries {bad_canaries}"}))
+        bad_canaries = {}
     if bad_canaries:
         forged.append(f"canary tests reported {bad_canaries}")
     junit_outcomes: dict[tuple[str, str], str] | None = None
@@ -572,7 +580,8 @@ def _grade_in(sandbox, task, filtered, flags, protected, expected, python, timeo
     except ET.ParseError as exc:
         forged.append(f"junit report unreadable: {exc}")
     if junit_outcomes is None:
-        forged.append("no junit report")
+        if not claims_nothing:
+            forged.append("no junit report")
     else:
         for nid, outcome in tests.items():
             j = _lookup(junit_outcomes, nid)

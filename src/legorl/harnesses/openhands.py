@@ -27,12 +27,14 @@ class OpenHandsHarness:
     dialect = "openai.chat"
 
     def __init__(self, tools: tuple[str, ...] | list[str] | str = ("terminal",), version: str = VERSION,
-                 python: str = "python3.12", max_input_tokens: int = 0, model: str = "policy"):
+                 python: str = "python3.12", max_input_tokens: int = 0, model: str = "policy",
+                 llm_timeout_s: int = 1800):
         self.tools = tuple(tools.split(",")) if isinstance(tools, str) else tuple(tools)
         self.install = HarnessInstall(kind="pip-venv", python=python,
                                       packages=(f"openhands-sdk=={version}", f"openhands-tools=={version}"))
         self.max_input_tokens = max_input_tokens
         self.model = model
+        self.llm_timeout_s = llm_timeout_s  # LiteLLM's per-call timeout (its default is too short for CPU engines)
 
     def env(self, token: str) -> dict[str, str]:
         return {"LEGORL_API_KEY": token, "HOME": "/tmp", "LITELLM_LOCAL_MODEL_COST_MAP": "True",
@@ -45,7 +47,7 @@ class OpenHandsHarness:
                 "--model", self.model, "--issue-file", ISSUE_PATH, "--workspace", "/workspace",
                 "--max-steps", str(budget.max_turns), "--max-tokens", str(budget.max_tokens_per_turn),
                 "--max-input-tokens", str(self.max_input_tokens), "--temperature", str(budget.temperature),
-                "--tools", ",".join(self.tools), "--out", TRANSCRIPT]
+                "--tools", ",".join(self.tools), "--llm-timeout", str(self.llm_timeout_s), "--out", TRANSCRIPT]
 
     def launch(self, task: Task, sandbox: Sandbox, gateway_url: str, session_token: str, budget: Budget) -> ExecResult:
         return run_program(sandbox, self.argv(gateway_url, budget), issue=task.problem_statement, budget=budget,

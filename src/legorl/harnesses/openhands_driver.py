@@ -25,6 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-tokens", type=int, default=512)
     ap.add_argument("--max-input-tokens", type=int, default=0)
     ap.add_argument("--temperature", type=float, default=1.0)
+    ap.add_argument("--llm-timeout", type=int, default=1800, help="seconds per model call (slow CPU engines)")
     ap.add_argument("--tools", default="terminal", help="comma list of: terminal, file_editor, task_tracker")
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
@@ -52,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         llm_kwargs = dict(model=f"openai/{args.model}", base_url=args.base_url,
                           api_key=SecretStr(os.environ.get("LEGORL_API_KEY", "none")), usage_id="agent",
                           num_retries=0, temperature=args.temperature, max_output_tokens=args.max_tokens,
-                          caching_prompt=False, native_tool_calling=True)
+                          caching_prompt=False, native_tool_calling=True, timeout=args.llm_timeout)
         if args.max_input_tokens:
             llm_kwargs["max_input_tokens"] = args.max_input_tokens
         llm = LLM(**llm_kwargs)

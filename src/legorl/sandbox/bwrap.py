@@ -338,6 +338,8 @@ class BwrapSandbox:
             elif host.exists():
                 argv += ["--ro-bind", str(host), str(host)]
         argv += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--tmpfs", "/run"]
+        for path in self.backend.project_paths():  # our interpreter and source, if under /tmp or /run
+            argv += ["--ro-bind", str(path), str(path)]
         argv += extra_layer_args(self.spec.extra_layers)  # before the masks, so they still apply
         for hidden in self.backend.hidden_paths():
             argv += ["--tmpfs", str(hidden)]
@@ -628,6 +630,18 @@ class BwrapBackend:
             self._bwrap = found
         return self._bwrap
 
+    def project_paths(self) -> list[Path]:
+        """The interpreter's prefix and LEGO-RL's source tree when they live under /tmp or /run
+        (e.g. a CI checkout in /tmp): those are fresh tmpfs inside, so they are bound back read-only."""
+        prefix = Path(sys.prefix) if self.python == sys.executable else Path(self.python).absolute().parent.parent
+        source = Path(__file__).resolve().parents[2]  # .../src (editable install) or site-packages
+        out: list[Path] = []
+        for p in (prefix, source):
+            if (_is_under(p, Path("/tmp")) or _is_under(p, Path("/run"))) and p.is_dir():
+                if not any(_is_under(p, q) for q in out):
+                    out.append(p)
+        return out
+
     def hidden_paths(self) -> list[Path]:
         """Host paths masked by tmpfs, outermost first, skipping ones already hidden or absent."""
         candidates = [legorl_home(), self.root, BUILTIN_SUITES_DIR, *self.hide]
@@ -641,7 +655,8 @@ class BwrapBackend:
                 continue
             if not p.is_dir() or p == Path("/"):
                 continue
-            if _is_under(p, Path("/tmp")) or _is_under(p, Path("/run")):
+            fresh = _is_under(p, Path("/tmp")) or _is_under(p, Path("/run"))
+            if fresh and not any(_is_under(p, q) for q in self.project_paths()):
                 continue  # /tmp and /run are fresh tmpfs inside anyway
             resolved.append(p)
         resolved.sort(key=lambda p: len(p.parts))

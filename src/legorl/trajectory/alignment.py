@@ -187,10 +187,22 @@ def _ws(s: str | None) -> str:
     return " ".join((s or "").split())
 
 
+def _parsed(a: Any) -> Any:
+    if isinstance(a, str):
+        try:
+            return json.loads(a)
+        except ValueError:
+            return a
+    return a
+
+
 def _args_equal(a: Any, b: Any) -> bool:
+    # Arguments arrive as dicts (parsed by the gateway) or JSON strings (history sent by the client):
+    # compare parsed values, so key order and JSON spelling do not matter either way.
+    a, b = _parsed(a), _parsed(b)
     if isinstance(a, str) and isinstance(b, str):
         return "".join(a.split()) == "".join(b.split())
-    return a == b  # dict equality: key order and JSON spelling do not matter
+    return a == b
 
 
 def _match_calls(held: list[dict], new: list[dict]) -> list[int] | None:
@@ -280,7 +292,13 @@ def compare_prefix(
             return False, _describe_mismatch(i, h, n), [], []
         if h["role"] != "assistant" or i not in seg.sampled:
             if message_key(h) != message_key(n):
-                return False, _describe_mismatch(i, h, n), [], []
+                # An assistant turn this segment only holds as context (e.g. history carried into a
+                # fork) may be re-serialized too: keep the held tokens, the turn is the same.
+                diff = realign_diff(h, n, None) if h["role"] == "assistant" else None
+                if diff is None:
+                    return False, _describe_mismatch(i, h, n), [], []
+                realigned.append(i)
+                notes.append(f"msg {i} (assistant, context): {diff}")
             continue
         # a sampled assistant turn: exact when the request renders it as the model emitted it
         sampled_text = seg.sampled_text(renderer, i)
