@@ -228,7 +228,12 @@ sys.dont_write_bytecode = True
 out_fd = os.dup(1)
 os.dup2(2, 1)
 import json, xml.etree.ElementTree, traceback, io, re
-import pytest, _pytest, _pytest.config
+try:
+    import pytest
+except ImportError:  # Debian's python3-pytest (podman base image) lives where only `site` looks
+    sys.path.append("/usr/lib/python3/dist-packages")
+    import pytest
+import _pytest, _pytest.config
 for _name in _pytest.config.default_plugins:
     try:
         importlib.import_module("_pytest." + _name)

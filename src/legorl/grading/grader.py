@@ -345,7 +345,7 @@ def grade(task: Task, diff: str, backend: SandboxBackend, timeout: float = 120,
         attempts += 1
         log: list[str] = []
         stage: dict[str, float] = {}
-        out = _grade_once(task, diff or "", backend, timeout, python or sys.executable, log, stage, sandbox_spec)
+        out = _grade_once(task, diff or "", backend, timeout, python or getattr(backend, "python", None) or sys.executable, log, stage, sandbox_spec)
         if out.status == "ok" or attempts > retries or not (out.cause or "").startswith(RETRYABLE):
             break
     flags = dedupe_flags([*extra_flags, *(out.flags or [])])

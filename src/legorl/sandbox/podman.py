@@ -274,6 +274,7 @@ class PodmanBackend:
                  extra_run_args: tuple[str, ...] = ()):
         self.executable = executable
         self.name = Path(executable).name
+        self.python = "python3"  # the image's interpreter (graders and forwarders run with it)
         self.root = Path(root) if root is not None else legorl_home() / "sandboxes"
         self._cache = cache
         self.image = image
