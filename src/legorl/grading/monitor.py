@@ -251,6 +251,11 @@ def _classify_git(args: list[str]) -> list[tuple[str, str]]:
     if i >= len(args):
         return []
     sub, rest = args[i], args[i + 1:]
+    if sub in ("remote", "for-each-ref", "show-ref") and not any(o.split("=")[0] in (
+            "--all", "--tags", "--remotes", "--glob") for o in rest) and rest[:1] not in (["add"], ["set-url"]):
+        # Harnesses list remotes and branches routinely (OpenCode does at start-up); the history is
+        # cut before the rollout, so a listing finds nothing to use. Informational only.
+        return [("git_ref_lookup", "info")]
     history_opts = {"--all", "--reflog", "--branches", "--tags", "--remotes", "--glob", "--walk-reflogs", "-g",
                     "--lost-found", "--unreachable", "--dangling", "--batch-all-objects"}
     if sub in ("reflog", "fetch", "pull", "clone", "remote", "ls-remote", "fetch-pack", "bundle", "submodule",

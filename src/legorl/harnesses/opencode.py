@@ -195,8 +195,8 @@ class OpenCodeHarness:
             ending = "crashed"
         elif last_reason == "stop":
             ending = "finished"
-        elif len(steps) >= budget.max_turns:
-            ending = "budget"
+        elif last_reason == "length" or len(steps) >= budget.max_turns:
+            ending = "budget"  # the step budget, or the per-call token budget cut the answer and OpenCode stopped
         else:
             ending = "crashed"
         return HarnessResult(ending=ending, exit_code=res.exit_code, transcript=res.stdout,

@@ -635,6 +635,8 @@ class BwrapBackend:
         (e.g. a CI checkout in /tmp): those are fresh tmpfs inside, so they are bound back read-only."""
         prefix = Path(sys.prefix) if self.python == sys.executable else Path(self.python).absolute().parent.parent
         source = Path(__file__).resolve().parents[2]  # .../src (editable install) or site-packages
+        if source.name == "src":  # a checkout: expose all of it, as it would be outside /tmp
+            source = source.parent
         out: list[Path] = []
         for p in (prefix, source):
             if (_is_under(p, Path("/tmp")) or _is_under(p, Path("/run"))) and p.is_dir():
