@@ -116,6 +116,14 @@ class ClaudeCodeHarness:
                             env=self.environment(gateway_url, session_token, budget),
                             max_output_bytes=5_000_000)
 
+    side_requests = True  # makes tool-less side calls (titles, summaries) besides the agent loop
+
+    def scripted_replies(self, shell_command: str) -> list[str]:
+        """Model replies (gateway text format) that run ``shell_command`` with the Bash tool, then stop."""
+        from legorl.harnesses.scripted import tool_call
+
+        return [tool_call("Bash", {"command": shell_command, "description": "apply the fix"}), "The fix is in place."]
+
     def collect(self, sandbox: Sandbox, res: ExecResult, budget: Budget) -> HarnessResult:
         events = parse_stream_json(res.stdout)
         result = next((e for e in reversed(events) if e.get("type") == "result"), None)

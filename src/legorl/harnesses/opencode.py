@@ -174,6 +174,14 @@ class OpenCodeHarness:
                             timeout=budget.wall_clock_s, env=self.environment(gateway_url, session_token, budget),
                             max_output_bytes=5_000_000)
 
+    side_requests = True  # makes tool-less side calls (titles, summaries) besides the agent loop
+
+    def scripted_replies(self, shell_command: str) -> list[str]:
+        """Model replies (gateway text format) that run ``shell_command`` with the bash tool, then stop."""
+        from legorl.harnesses.scripted import tool_call
+
+        return [tool_call("bash", {"command": shell_command, "description": "apply the fix"}), "The fix is in place."]
+
     def collect(self, sandbox: Sandbox, res: ExecResult, budget: Budget) -> HarnessResult:
         events = parse_events(res.stdout)
         steps = [e for e in events if e.get("type") == "step_finish"]

@@ -72,4 +72,12 @@ def gold_policy(harness: Any, task: Any, wrong: bool = False) -> Policy:
     if replies is None:
         raise ValueError(f"harness {getattr(harness, 'name', harness)!r} has no scripted_replies(); "
                          "cannot script a gold policy for it")
-    return replies_in_order(*replies, fallback=replies[-1])
+    scripted = replies_in_order(*replies, fallback=replies[-1])
+    if not getattr(harness, "side_requests", False):
+        return scripted
+
+    def policy(prompt: str) -> str:
+        # Side requests without tools (titles, summaries) get a short answer and do not advance the script.
+        return scripted(prompt) if "<tools>" in prompt else "Fix the failing test"
+
+    return policy
