@@ -63,7 +63,7 @@ async def train(cfg: RunConfig, on_step=None) -> list[dict[str, Any]]:
         async with GatewayServer(gateway, port=0, uds=str(sock_dir / "gw.sock")) as server:
             harness = get_harness(cfg.rollout.harness, **cfg.rollout.harness_options)
             ctx = RolloutContext(gateway, server.uds, BwrapBackend(), harness, budget,
-                                 cfg.rollout.grade_timeout_s)
+                                 cfg.rollout.grade_timeout_s, flagged_policy=cfg.flagged_policy)
             for step in range(cfg.steps):
                 t0 = time.perf_counter()
                 chosen = rng.sample(tasks, min(cfg.tasks_per_step, len(tasks)))
