@@ -81,7 +81,7 @@ def test_sandbox_killed_mid_exec_is_reported_and_others_unaffected(backend, sour
         t2.join(30)
         res = results["victim"]
         assert res.killed_by_signal == signal.SIGKILL and res.exit_code == 128 + 9
-        assert "killed by signal 9 (SIGKILL)" in res.cause
+        assert "killed" in res.cause and "signal 9" in res.cause, res.cause
         assert "never" not in res.stdout and not res.timed_out
         assert results["bystander"].exit_code == 0 and results["bystander"].stdout == "data\n"
         # the victim sandbox itself is still usable for the next exec

@@ -50,7 +50,7 @@ def test_grpo_token_ratio_and_tis_cap():
     rollout = torch.tensor([-3.0, -1.0])  # trainer thinks token 0 is far likelier: w = e^2 → capped at 2
     out = sample_loss(logp, old, rollout, 1.0, LossConfig("grpo", 0.2, 0.2, tis_cap=2.0))
     assert out.tis_weight == pytest.approx((2.0 + 1.0) / 2)
-    assert float(out.loss) == pytest.approx(-(2.0 + 1.0) / 2)
+    assert float(out.loss.detach()) == pytest.approx(-(2.0 + 1.0) / 2)
 
 
 def test_mismatch_stats():
