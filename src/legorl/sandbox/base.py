@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Protocol, runtime_checkable
 
+from legorl.errors import SandboxError
+
 WORKSPACE = "/workspace"
 
 
@@ -86,3 +88,43 @@ class SandboxBackend(Protocol):
     name: str
 
     def create(self, spec: SandboxSpec) -> Sandbox: ...
+
+
+class WorkspaceFiles:
+    """``read_file``/``write_file`` on the host copy of ``/workspace``, confined to it (no ``..`` or
+    symlink escapes). Shared by the backends whose workspace is a host directory."""
+
+    name: str
+    workdir: Path
+    _destroyed: bool
+
+    def _host_path(self, path: str) -> Path:
+        if self._destroyed:
+            raise SandboxError(f"sandbox {self.name} was destroyed")
+        rel = path
+        if rel == WORKSPACE or rel.startswith(WORKSPACE + "/"):
+            rel = rel[len(WORKSPACE):]
+        elif rel.startswith("/"):
+            raise SandboxError(f"path {path!r} is outside {WORKSPACE}")
+        rel = rel.lstrip("/")
+        if not rel:
+            raise SandboxError(f"path {path!r} names the workspace itself, not a file")
+        root = self.workdir.resolve()
+        target = (root / rel).resolve()
+        if not target.is_relative_to(root) or target == root:
+            raise SandboxError(f"path {path!r} escapes {WORKSPACE}")
+        return target
+
+    def read_file(self, path: str) -> str:
+        target = self._host_path(path)
+        try:
+            return target.read_text(encoding="utf-8", errors="replace")
+        except FileNotFoundError:
+            raise FileNotFoundError(f"{path}: no such file in sandbox {self.name}") from None
+
+    def write_file(self, path: str, content: str) -> None:
+        target = self._host_path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if not target.parent.resolve().is_relative_to(self.workdir.resolve()):  # a parent became a link
+            raise SandboxError(f"path {path!r} escapes {WORKSPACE}")
+        target.write_text(content, encoding="utf-8")

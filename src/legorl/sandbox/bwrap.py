@@ -55,7 +55,7 @@ from pathlib import Path
 from typing import IO, Mapping
 
 from legorl.errors import SandboxError
-from legorl.sandbox.base import WORKSPACE, ExecResult, SandboxSpec
+from legorl.sandbox.base import WORKSPACE, ExecResult, SandboxSpec, WorkspaceFiles
 from legorl.sandbox.images import (
     EnvRecipe, ImageCache, InstanceRecipe, Layer, bwrap_base_recipe, default_cache, spec_recipes,
 )
@@ -305,7 +305,7 @@ class SandboxCgroup:
                     time.sleep(0.02)
 
 
-class BwrapSandbox:
+class BwrapSandbox(WorkspaceFiles):
     """One repository copy; every :meth:`exec` runs in a fresh bubblewrap container over it."""
 
     def __init__(self, backend: "BwrapBackend", spec: SandboxSpec, sandbox_dir: Path, base_commit: str,
@@ -494,37 +494,6 @@ class BwrapSandbox:
             proc.wait(timeout=10)
         except subprocess.TimeoutExpired:  # pragma: no cover - the kernel did not reap in time
             pass
-
-    def _host_path(self, path: str) -> Path:
-        if self._destroyed:
-            raise SandboxError(f"sandbox {self.name} was destroyed")
-        rel = path
-        if rel == WORKSPACE or rel.startswith(WORKSPACE + "/"):
-            rel = rel[len(WORKSPACE):]
-        elif rel.startswith("/"):
-            raise SandboxError(f"path {path!r} is outside {WORKSPACE}")
-        rel = rel.lstrip("/")
-        if not rel:
-            raise SandboxError(f"path {path!r} names the workspace itself, not a file")
-        root = self.workdir.resolve()
-        target = (root / rel).resolve()
-        if not _is_under(target, root) or target == root:
-            raise SandboxError(f"path {path!r} escapes {WORKSPACE}")
-        return target
-
-    def read_file(self, path: str) -> str:
-        target = self._host_path(path)
-        try:
-            return target.read_text(encoding="utf-8", errors="replace")
-        except FileNotFoundError:
-            raise FileNotFoundError(f"{path}: no such file in sandbox {self.name}") from None
-
-    def write_file(self, path: str, content: str) -> None:
-        target = self._host_path(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if not _is_under(target.parent.resolve(), self.workdir.resolve()):  # a parent became a link
-            raise SandboxError(f"path {path!r} escapes {WORKSPACE}")
-        target.write_text(content, encoding="utf-8")
 
     def diff(self) -> str:
         """``git add -A`` + ``git diff --cached --binary <base>``, run *inside* the sandbox so git

@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Mapping
 
 from legorl.errors import SandboxError
-from legorl.sandbox.base import WORKSPACE, ExecResult, SandboxSpec
+from legorl.sandbox.base import WORKSPACE, ExecResult, SandboxSpec, WorkspaceFiles
 from legorl.sandbox.bwrap import (
     _DIFF_LIMIT, _GIT_ENV, FORWARDER_PATH, GATEWAY_SOCKET_INSIDE, GIT_CONFIG, _discard, _drain, _feed,
     _is_under, copy_workspace, legorl_home,
@@ -102,7 +102,7 @@ def podman_base_recipe(suite: str = "bookworm", packages: tuple[str, ...] = BASE
                       mirror=mirror or _apt_mirror(), image=image)
 
 
-class PodmanSandbox:
+class PodmanSandbox(WorkspaceFiles):
     def __init__(self, backend: "PodmanBackend", spec: SandboxSpec, sandbox_dir: Path, container: str,
                  base_commit: str, env_lease=None):  # noqa: ANN001
         self.backend = backend
@@ -204,37 +204,6 @@ class PodmanSandbox:
         its init and keeper so the container stays up."""
         with contextlib.suppress(OSError, subprocess.SubprocessError):
             subprocess.run([self.backend.exe, "exec", self.name, "sh", "-c", _KILL_ALL], capture_output=True, timeout=30)
-
-    def _host_path(self, path: str) -> Path:
-        if self._destroyed:
-            raise SandboxError(f"sandbox {self.name} was destroyed")
-        rel = path
-        if rel == WORKSPACE or rel.startswith(WORKSPACE + "/"):
-            rel = rel[len(WORKSPACE):]
-        elif rel.startswith("/"):
-            raise SandboxError(f"path {path!r} is outside {WORKSPACE}")
-        rel = rel.lstrip("/")
-        if not rel:
-            raise SandboxError(f"path {path!r} names the workspace itself, not a file")
-        root = self.workdir.resolve()
-        target = (root / rel).resolve()
-        if not _is_under(target, root) or target == root:
-            raise SandboxError(f"path {path!r} escapes {WORKSPACE}")
-        return target
-
-    def read_file(self, path: str) -> str:
-        target = self._host_path(path)
-        try:
-            return target.read_text(encoding="utf-8", errors="replace")
-        except FileNotFoundError:
-            raise FileNotFoundError(f"{path}: no such file in sandbox {self.name}") from None
-
-    def write_file(self, path: str, content: str) -> None:
-        target = self._host_path(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if not _is_under(target.parent.resolve(), self.workdir.resolve()):
-            raise SandboxError(f"path {path!r} escapes {WORKSPACE}")
-        target.write_text(content, encoding="utf-8")
 
     def diff(self) -> str:
         git = ["git", *GIT_CONFIG]
