@@ -4,15 +4,16 @@ command line, each told the gateway only through one base-URL variable."""
 from pathlib import Path
 
 import pytest
+from rollout_helpers import assert_gateway_only, assert_recorded, rollout
 
 from legorl.harnesses.base import Budget
 from legorl.harnesses.registry import UnknownHarnessError, get_harness
-from rollout_helpers import assert_gateway_only, assert_recorded, rollout
 
 pytestmark = [pytest.mark.slow, pytest.mark.sandbox]
 
 
-def test_command_gold_fix_via_native_tool_call(tmp_path):
+def test_command_gold_fix_via_native_tool_call(tmp_path, dash_tokens):
+    # the session token starts with - (issue 17): still a clean run
     run = rollout("command", "scripted-gold", tmp_path)
     r = run.rollout
     assert (r.status, r.reward) == ("ok", 1.0), (r.status, r.cause, r.harness_log_tail)
@@ -24,7 +25,8 @@ def test_command_gold_fix_via_native_tool_call(tmp_path):
     assert_gateway_only(run)
 
 
-def test_command_wrong_fix_rewards_zero(tmp_path):
+def test_command_wrong_fix_rewards_zero(tmp_path, underscore_tokens):
+    # the session token starts with _ (issue 17): still a clean run
     run = rollout("command", "scripted-wrong", tmp_path)
     assert (run.rollout.status, run.rollout.reward) == ("ok", 0.0), (run.rollout.status, run.rollout.cause)
     assert_gateway_only(run)

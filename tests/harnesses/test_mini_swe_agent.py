@@ -3,16 +3,15 @@ bubblewrap sandbox without network solves a trivial task through the gateway (na
 and the text-based config), a wrong fix gets reward 0, and it connected to nothing but the gateway.
 The first run builds the venv layer (PyPI access needed once, ~2 min); later runs reuse it."""
 
-import json
 
 import pytest
-
 from rollout_helpers import assert_gateway_only, assert_recorded, rollout
 
 pytestmark = [pytest.mark.slow, pytest.mark.sandbox]
 
 
-def test_mini_swe_agent_tool_calls_gold_fix(tmp_path):
+def test_mini_swe_agent_tool_calls_gold_fix(tmp_path, dash_tokens):
+    # the session token starts with - (issue 17): still a clean run
     run = rollout("mini-swe-agent", "scripted-gold", tmp_path)
     r = run.rollout
     assert (r.status, r.reward) == ("ok", 1.0), (r.status, r.cause, r.harness_log_tail)
@@ -23,7 +22,8 @@ def test_mini_swe_agent_tool_calls_gold_fix(tmp_path):
     assert_gateway_only(run)
 
 
-def test_mini_swe_agent_wrong_fix_rewards_zero(tmp_path):
+def test_mini_swe_agent_wrong_fix_rewards_zero(tmp_path, underscore_tokens):
+    # the session token starts with _ (issue 17): still a clean run
     run = rollout("mini-swe-agent", "scripted-wrong", tmp_path)
     assert (run.rollout.status, run.rollout.reward) == ("ok", 0.0), (run.rollout.status, run.rollout.cause)
     assert "# attempted fix" in run.rollout.diff

@@ -2,13 +2,13 @@
 reward 0, and the sandbox only ever connected to the gateway."""
 
 import pytest
-
 from rollout_helpers import assert_gateway_only, assert_recorded, rollout
 
 pytestmark = [pytest.mark.slow, pytest.mark.sandbox]
 
 
-def test_minimal_gold_fix_rewards_one(tmp_path):
+def test_minimal_gold_fix_rewards_one(tmp_path, dash_tokens):
+    # the session token starts with - (issue 17): still a clean run
     run = rollout("minimal", "scripted-gold", tmp_path)
     r = run.rollout
     assert (r.status, r.reward) == ("ok", 1.0), (r.status, r.cause, r.harness_log_tail)
@@ -17,7 +17,8 @@ def test_minimal_gold_fix_rewards_one(tmp_path):
     assert_gateway_only(run)
 
 
-def test_minimal_wrong_fix_rewards_zero(tmp_path):
+def test_minimal_wrong_fix_rewards_zero(tmp_path, underscore_tokens):
+    # the session token starts with _ (issue 17): still a clean run
     run = rollout("minimal", "scripted-wrong", tmp_path)
     r = run.rollout
     assert r.status == "ok" and r.reward == 0.0, (r.status, r.cause)

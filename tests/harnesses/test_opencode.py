@@ -8,12 +8,12 @@ from __future__ import annotations
 import json
 
 import pytest
+from native_helpers import foreign_connects, run_native, tool_call, tool_names
 
 from legorl.harnesses.base import Budget, Harness
-from legorl.harnesses.opencode import OpenCodeHarness, parse_events
+from legorl.harnesses.common import json_lines
+from legorl.harnesses.opencode import OpenCodeHarness
 from legorl.sandbox.base import ExecResult
-
-from native_helpers import foreign_connects, run_native, tool_call, tool_names
 
 F = "/workspace/calc/arith.py"
 READ = ("read", {"filePath": F})
@@ -73,7 +73,7 @@ def test_config_env_and_collect_classification():
     assert h.collect(None, res([step("stop"), {"type": "error", "error": {"name": "APIError"}}], 1), BUDGET).ending == "crashed"
     assert h.collect(None, res([], 1), BUDGET).ending == "crashed"
     assert h.collect(None, res([step("tool-calls")], 137, True), BUDGET).ending == "timeout"
-    assert parse_events('{"a": 1}\n[1]\n') == [{"a": 1}]
+    assert json_lines('{"a": 1}\n[1]\n') == [{"a": 1}]
 
 
 # ----------------------------------------------------------------------------- the real binary
@@ -82,7 +82,8 @@ def test_config_env_and_collect_classification():
 @pytest.mark.slow
 @pytest.mark.sandbox
 @pytest.mark.parametrize("name", ["opencode", "opencode-responses"])
-def test_opencode_solves_trivial_task_only_talking_to_gateway(tmp_path, name):
+def test_opencode_solves_trivial_task_only_talking_to_gateway(tmp_path, name, dash_tokens):
+    # the session token starts with - (issue 17): still a clean run
     run = run_native(harness(name), steps_policy([READ, FIX_ADD]), tmp_path, budget=BUDGET)
     assert run.result.ending == "finished", (run.result.summary, run.result.log_tail)
     assert run.result.summary["tool_uses"] == ["read", "edit"]
@@ -98,7 +99,8 @@ def test_opencode_solves_trivial_task_only_talking_to_gateway(tmp_path, name):
 
 @pytest.mark.slow
 @pytest.mark.sandbox
-def test_opencode_wrong_fix_scores_zero(tmp_path):
+def test_opencode_wrong_fix_scores_zero(tmp_path, underscore_tokens):
+    # the session token starts with _ (issue 17): still a clean run
     tools = ("bash", "read", "edit", "write")  # a reduced tool set (~4.8k prompt tokens instead of ~7.4k)
     run = run_native(harness("opencode", tools=tools), steps_policy([READ, WRONG_FIX]), tmp_path, budget=BUDGET)
     assert run.result.ending == "finished", (run.result.summary, run.result.log_tail)

@@ -6,13 +6,13 @@ nothing but the gateway was contacted. The first run builds the venv layer (PyPI
 import json
 
 import pytest
-
 from rollout_helpers import assert_gateway_only, assert_recorded, rollout
 
 pytestmark = [pytest.mark.slow, pytest.mark.sandbox]
 
 
-def test_openhands_gold_fix_rewards_one(tmp_path):
+def test_openhands_gold_fix_rewards_one(tmp_path, dash_tokens):
+    # the session token starts with - (issue 17): still a clean run
     run = rollout("openhands", "scripted-gold", tmp_path)
     r = run.rollout
     assert (r.status, r.reward) == ("ok", 1.0), (r.status, r.cause, r.harness_log_tail)
@@ -25,7 +25,8 @@ def test_openhands_gold_fix_rewards_one(tmp_path):
     assert_gateway_only(run)
 
 
-def test_openhands_wrong_fix_rewards_zero(tmp_path):
+def test_openhands_wrong_fix_rewards_zero(tmp_path, underscore_tokens):
+    # the session token starts with _ (issue 17): still a clean run
     run = rollout("openhands", "scripted-wrong", tmp_path)
     assert (run.rollout.status, run.rollout.reward) == ("ok", 0.0), (run.rollout.status, run.rollout.cause)
     assert "# attempted fix" in run.rollout.diff

@@ -2,13 +2,16 @@
 
 Command (inside the sandbox, cwd ``/workspace``)::
 
-    claude -p TASK --output-format stream-json --verbose --dangerously-skip-permissions \\
-        --max-turns N --tools Bash,Read,Edit,Write --model <model>
+    claude -p --output-format stream-json --verbose --dangerously-skip-permissions \\
+        --max-turns N --tools Bash,Read,Edit,Write --model <model> -- TASK
+
+(the issue follows ``--``, so an issue text that starts with ``-`` is never read as an option).
 
 Environment: ``ANTHROPIC_BASE_URL`` = the gateway *without* ``/v1`` (Claude Code appends
 ``/v1/messages?beta=true`` itself), ``ANTHROPIC_AUTH_TOKEN`` = the session token (sent as Bearer),
-``IS_SANDBOX=1`` (it refuses ``--dangerously-skip-permissions`` as root otherwise), ``HOME=/tmp``
-(writable: it keeps its session files in ``~/.claude``) and the variables that keep it from calling
+``IS_SANDBOX=1`` (it refuses ``--dangerously-skip-permissions`` as root otherwise), a generated private
+``HOME`` (:data:`legorl.harnesses.common.HARNESS_HOME`, writable: it keeps its session files in
+``~/.claude``; nothing of the user's own ``~/.claude``) and the variables that keep it from calling
 any other host (telemetry, error reporting, auto-update, feature flags). Besides the gateway it only
 sends a ``HEAD /`` probe to the base URL. Budgets: ``--max-turns`` = ``Budget.max_turns``,
 ``CLAUDE_CODE_MAX_OUTPUT_TOKENS`` = ``Budget.max_tokens_per_turn``; ``context_window`` sets
@@ -23,10 +26,10 @@ starts "This session is being continued...").
 
 from __future__ import annotations
 
-import json
 from typing import Mapping, Sequence
 
 from legorl.harnesses.base import Budget, HarnessInstall, HarnessResult
+from legorl.harnesses.common import ISSUE_PLACEHOLDER, json_lines, run_program
 from legorl.sandbox.base import ExecResult, Sandbox
 from legorl.tasks.model import Task
 
@@ -82,12 +85,13 @@ class ClaudeCodeHarness:
     def binary(self) -> str:
         return f"{self.install_root}/node_modules/.bin/claude"
 
-    def command(self, task: Task, budget: Budget) -> list[str]:
-        cmd = [self.binary, "-p", task.problem_statement, "--output-format", "stream-json", "--verbose",
-               "--dangerously-skip-permissions", "--max-turns", str(budget.max_turns), "--model", self.model]
+    def command(self, budget: Budget) -> list[str]:
+        """argv; the issue (:data:`ISSUE_PLACEHOLDER`) is the one operand, after ``--``."""
+        cmd = [self.binary, "-p", "--output-format", "stream-json", "--verbose",
+               "--dangerously-skip-permissions", f"--max-turns={budget.max_turns}", f"--model={self.model}"]
         if self.tools is not None:
-            cmd += ["--tools", ",".join(self.tools)]
-        return cmd + list(self.extra_args)
+            cmd += [f"--tools={','.join(self.tools)}"]
+        return cmd + list(self.extra_args) + ["--", ISSUE_PLACEHOLDER]
 
     def environment(self, gateway_url: str, session_token: str, budget: Budget) -> dict[str, str]:
         env = {
@@ -100,7 +104,6 @@ class ClaudeCodeHarness:
             "ANTHROPIC_DEFAULT_SONNET_MODEL": self.model,
             "ANTHROPIC_DEFAULT_OPUS_MODEL": self.model,
             "IS_SANDBOX": "1",
-            "HOME": "/tmp",
             "CLAUDE_CODE_MAX_OUTPUT_TOKENS": str(budget.max_tokens_per_turn),
             "PATH": f"{self.install_root}/node_modules/.bin:/usr/local/bin:/usr/bin:/bin",
         }
@@ -112,9 +115,8 @@ class ClaudeCodeHarness:
         return env
 
     def launch(self, task: Task, sandbox: Sandbox, gateway_url: str, session_token: str, budget: Budget) -> ExecResult:
-        return sandbox.exec(self.command(task, budget), timeout=budget.wall_clock_s,
-                            env=self.environment(gateway_url, session_token, budget),
-                            max_output_bytes=5_000_000)
+        return run_program(sandbox, self.command(budget), issue=task.problem_statement, budget=budget,
+                           env=self.environment(gateway_url, session_token, budget), max_output_bytes=5_000_000)
 
     side_requests = True  # makes tool-less side calls (titles, summaries) besides the agent loop
 
@@ -125,7 +127,7 @@ class ClaudeCodeHarness:
         return [tool_call("Bash", {"command": shell_command, "description": "apply the fix"}), "The fix is in place."]
 
     def collect(self, sandbox: Sandbox, res: ExecResult, budget: Budget) -> HarnessResult:
-        events = parse_stream_json(res.stdout)
+        events = json_lines(res.stdout)
         result = next((e for e in reversed(events) if e.get("type") == "result"), None)
         summary: dict = {}
         if result is not None:
@@ -149,18 +151,3 @@ class ClaudeCodeHarness:
             ending = "crashed"
         return HarnessResult(ending=ending, exit_code=res.exit_code, transcript=res.stdout,
                              log_tail=res.stderr[-2000:], summary=summary)
-
-
-def parse_stream_json(text: str) -> list[dict]:
-    out = []
-    for line in text.splitlines():
-        line = line.strip()
-        if not line.startswith("{"):
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(obj, dict):
-            out.append(obj)
-    return out

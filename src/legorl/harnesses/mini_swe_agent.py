@@ -13,13 +13,20 @@ from __future__ import annotations
 import json
 
 from legorl.harnesses.base import Budget, HarnessInstall, HarnessResult
-from legorl.harnesses.common import ISSUE_PLACEHOLDER, result, run_program, split_transcript
+from legorl.harnesses.common import (
+    HARNESS_HOME,
+    ISSUE_PLACEHOLDER,
+    result,
+    run_program,
+    split_transcript,
+)
 from legorl.sandbox.base import ExecResult, Sandbox
 from legorl.tasks.model import Task
 
 VERSION = "2.4.6"
 TRAJ = "/tmp/traj.json"
 SUBMIT = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
+MSWEA_CONFIG_DIR = f"{HARNESS_HOME}/.config/mini-swe-agent"
 
 
 class MiniSweAgentHarness:
@@ -34,18 +41,19 @@ class MiniSweAgentHarness:
         self.model = model
         self.extra_config = tuple(extra_config)  # more "-c key=value" specs (context limits, templates, ...)
 
-    def env(self) -> dict[str, str]:
+    def env(self, session_token: str) -> dict[str, str]:
+        # LiteLLM's openai/ provider reads the key from OPENAI_API_KEY: the token never goes on argv.
         return {
             "MSWEA_CONFIGURED": "true", "MSWEA_COST_TRACKING": "ignore_errors", "MSWEA_SILENT_STARTUP": "1",
-            "MSWEA_GLOBAL_CONFIG_DIR": "/tmp/mswea", "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-            "LITELLM_TELEMETRY": "False", "LITELLM_LOG": "ERROR", "HOME": "/tmp",
-            "HF_DATASETS_OFFLINE": "1", "OPENAI_API_KEY": "unused",
+            "MSWEA_GLOBAL_CONFIG_DIR": MSWEA_CONFIG_DIR, "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+            "LITELLM_TELEMETRY": "False", "LITELLM_LOG": "ERROR",
+            "HF_DATASETS_OFFLINE": "1", "OPENAI_API_KEY": session_token,
         }
 
-    def argv(self, gateway_url: str, session_token: str, budget: Budget) -> list[str]:
+    def argv(self, gateway_url: str, budget: Budget) -> list[str]:
         py = f"{self.install.mount}/venv/bin/python"
         config = "mini.yaml" if self.tool_calling else "mini_textbased.yaml"
-        specs = [config, f"model.model_kwargs.api_base={gateway_url}", f"model.model_kwargs.api_key={session_token}",
+        specs = [config, f"model.model_kwargs.api_base={gateway_url}",
                  f"model.model_kwargs.max_tokens={budget.max_tokens_per_turn}",
                  f"model.model_kwargs.temperature={budget.temperature}",
                  f"agent.step_limit={budget.max_turns}", "agent.cost_limit=0",
@@ -53,15 +61,16 @@ class MiniSweAgentHarness:
         if not self.tool_calling:
             specs.append("model.model_class=litellm_textbased")
         specs += list(self.extra_config)
-        argv = [py, "-m", "minisweagent.run.mini", "-t", ISSUE_PLACEHOLDER, "--yolo", "--exit-immediately",
-                "-o", TRAJ, "-m", f"openai/{self.model}"]
-        for spec in specs:
-            argv += ["-c", spec]
+        # Values are attached to their options (``--task=...``): an issue starting with "-" stays a value.
+        argv = [py, "-m", "minisweagent.run.mini", f"--task={ISSUE_PLACEHOLDER}", "--yolo", "--exit-immediately",
+                f"--output={TRAJ}", f"--model=openai/{self.model}"]
+        argv += [f"--config={spec}" for spec in specs]
         return argv
 
     def launch(self, task: Task, sandbox: Sandbox, gateway_url: str, session_token: str, budget: Budget) -> ExecResult:
-        return run_program(sandbox, self.argv(gateway_url, session_token, budget), issue=task.problem_statement,
-                           budget=budget, env=self.env(), transcript_path=TRAJ, pre="mkdir -p /tmp/mswea")
+        return run_program(sandbox, self.argv(gateway_url, budget), issue=task.problem_statement,
+                           budget=budget, env=self.env(session_token), transcript_path=TRAJ,
+                           pre=f"mkdir -p {MSWEA_CONFIG_DIR}")
 
     def collect(self, sandbox: Sandbox, res: ExecResult, budget: Budget) -> HarnessResult:
         out, transcript = split_transcript(res.stdout)

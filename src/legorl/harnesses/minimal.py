@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import sys
 
 from legorl.harnesses.base import Budget, HarnessInstall, HarnessResult
+from legorl.harnesses.common import ISSUE_PATH, last_json_line, run_program
 from legorl.sandbox.base import ExecResult, Sandbox
 from legorl.tasks.model import Task
-
-ISSUE_PATH = "/tmp/ISSUE.md"  # outside the repo so it never shows up in the diff
 
 
 class MinimalHarness:
@@ -20,23 +18,16 @@ class MinimalHarness:
     def launch(self, task: Task, sandbox: Sandbox, base_url: str, session_token: str, budget: Budget) -> ExecResult:
         cmd = [
             sys.executable, "-m", "legorl.harnesses.minimal_agent",
-            "--base-url", base_url, "--api-key", session_token, "--issue-file", ISSUE_PATH,
-            "--root", "/workspace", "--max-turns", str(budget.max_turns),
-            "--max-tokens", str(budget.max_tokens_per_turn), "--temperature", str(budget.temperature),
+            f"--base-url={base_url}", f"--issue-file={ISSUE_PATH}",
+            "--root=/workspace", f"--max-turns={budget.max_turns}",
+            f"--max-tokens={budget.max_tokens_per_turn}", f"--temperature={budget.temperature}",
         ]
-        # The issue travels on stdin into /tmp of the sandbox (a private tmpfs).
-        script = f"cat > {ISSUE_PATH} && exec \"$@\""
-        return sandbox.exec(["bash", "-c", script, "minimal", *cmd], timeout=budget.wall_clock_s,
-                            stdin=task.problem_statement)
+        # The token travels in the environment (the OpenAI SDK's own variable), never on argv.
+        return run_program(sandbox, cmd, issue=task.problem_statement, budget=budget,
+                           env={"OPENAI_API_KEY": session_token}, max_output_bytes=200_000)
 
     def collect(self, sandbox: Sandbox, res: ExecResult, budget: Budget) -> HarnessResult:
-        summary: dict = {}
-        for line in reversed(res.stdout.strip().splitlines()):
-            try:
-                summary = json.loads(line)
-                break
-            except json.JSONDecodeError:
-                continue
+        summary = last_json_line(res.stdout)
         if res.timed_out:
             ending = "timeout"
         elif res.exit_code in (0, 1) and summary:

@@ -11,7 +11,7 @@ corrected file in a fenced block headed by its path::
     ```
 
 It writes every such block, reruns the tests and sends their output back, for a few turns.
-Usage: python -m legorl.harnesses.minimal_agent --base-url URL --api-key TOKEN --issue-file F
+Usage: OPENAI_API_KEY=TOKEN python -m legorl.harnesses.minimal_agent --base-url URL --issue-file F
 Exit code 0 when the visible tests pass at the end, 1 when not, 2 on a usage/transport error.
 It prints one JSON summary line on stdout last.
 """
@@ -131,7 +131,6 @@ def first_prompt(issue: str, root: Path, files: list[Path]) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--base-url", default=os.environ.get("OPENAI_BASE_URL"))
-    ap.add_argument("--api-key", default=os.environ.get("OPENAI_API_KEY"))
     ap.add_argument("--model", default="policy")
     ap.add_argument("--issue-file", required=True)
     ap.add_argument("--root", default=".")
@@ -140,13 +139,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--temperature", type=float, default=1.0)
     ap.add_argument("--test-timeout", type=float, default=60.0)
     args = ap.parse_args(argv)
-    if not args.base_url or not args.api_key:
-        print("minimal_agent: --base-url and --api-key (or OPENAI_BASE_URL/OPENAI_API_KEY) are required", file=sys.stderr)
+    api_key = os.environ.get("OPENAI_API_KEY")  # never a command-line word: a secret, maybe "-..."
+    if not args.base_url or not api_key:
+        print("minimal_agent: --base-url (or OPENAI_BASE_URL) and OPENAI_API_KEY are required", file=sys.stderr)
         return 2
 
     import openai  # late: --help works without it
 
-    client = openai.OpenAI(base_url=args.base_url, api_key=args.api_key, max_retries=2, timeout=600)
+    client = openai.OpenAI(base_url=args.base_url, api_key=api_key, max_retries=2, timeout=600)
     root = Path(args.root).resolve()
     issue = Path(args.issue_file).read_text()
     passed, output = run_tests(root, args.test_timeout)

@@ -2,9 +2,10 @@
 
 Command (inside the sandbox, cwd ``/workspace``)::
 
-    opencode run --format json --title T TASK
+    opencode run --format json --title=T -- TASK
 
-(``--title`` spares the separate title-generation call.) The whole configuration travels in
+(``--title`` spares the separate title-generation call; the issue follows ``--`` so that a text
+starting with ``-`` is never read as an option.) The whole configuration travels in
 ``OPENCODE_CONFIG_CONTENT``: one provider ``legorl`` pointing at the gateway —
 ``@ai-sdk/openai-compatible`` (Chat Completions; name ``opencode``) or ``@ai-sdk/openai``
 (Responses API; name ``opencode-responses``) — with ``options.baseURL`` = the gateway's ``/v1``
@@ -16,7 +17,8 @@ provider packages are bundled inside the OpenCode binary of the pinned version (
 run time); ``npm_config_registry=http://127.0.0.1:9/`` makes sure that a missing one fails fast
 instead of reaching a registry. The quiet variables switch off auto-update, the models.dev fetch,
 sharing, LSP downloads, default plugins, project config files (the repository is the agent's, not
-ours) and reading ``~/.claude``.
+ours) and reading ``~/.claude``. ``HOME`` and the XDG directories are a generated private home
+(:func:`legorl.harnesses.common.home_env`): nothing of the user's own configuration.
 
 ``collect`` reads the JSON event stream (one object per line: ``step_start``, ``text``,
 ``tool_use``, ``step_finish``, ``error``) and classifies the ending: ``finished`` when the last step
@@ -33,6 +35,7 @@ import json
 from typing import Mapping, Sequence
 
 from legorl.harnesses.base import Budget, HarnessInstall, HarnessResult
+from legorl.harnesses.common import ISSUE_PLACEHOLDER, json_lines, run_program
 from legorl.sandbox.base import ExecResult, Sandbox
 from legorl.tasks.model import Task
 
@@ -54,11 +57,11 @@ QUIET_ENV = {
     "NO_COLOR": "1",
 }
 
+# OpenCode runs a background `npm install @opencode-ai/plugin` in every writable config directory
+# whose package-lock.json does not list it yet: the generated home marks it installed.
 _LOCK = '{"lockfileVersion": 3, "packages": {"": {"dependencies": {"@opencode-ai/plugin": "*"}}}}'
-PRELUDE = "".join(
-    f'mkdir -p "{d}/node_modules" && printf %s \'{_LOCK}\' > "{d}/package-lock.json" && '
-    for d in ("$XDG_CONFIG_HOME/opencode", "$HOME/.opencode")
-)
+HOME_FILES = {f"{d}/package-lock.json": _LOCK for d in (".config/opencode", ".opencode")}
+PRELUDE = 'mkdir -p "$XDG_CONFIG_HOME/opencode/node_modules" "$HOME/.opencode/node_modules"'
 
 BUDGET_EVENT = "legorl_step_budget"
 WATCHDOG = (
@@ -146,33 +149,26 @@ class OpenCodeHarness:
         cfg.update(self.extra_config)
         return cfg
 
-    def command(self, task: Task) -> list[str]:
-        return [self.binary, "run", "--format", "json", "--title", self.title, task.problem_statement]
+    def command(self) -> list[str]:
+        """argv; the issue (:data:`ISSUE_PLACEHOLDER`) is the one operand, after ``--``."""
+        return [self.binary, "run", "--format", "json", f"--title={self.title}", "--", ISSUE_PLACEHOLDER]
 
     def environment(self, gateway_url: str, session_token: str, budget: Budget) -> dict[str, str]:
         env = {
             **QUIET_ENV,
             "OPENCODE_CONFIG_CONTENT": json.dumps(self.config(gateway_url, session_token, budget)),
-            "HOME": "/tmp",
-            "XDG_CONFIG_HOME": "/tmp/.config",
-            "XDG_DATA_HOME": "/tmp/.local/share",
-            "XDG_CACHE_HOME": "/tmp/.cache",
-            "XDG_STATE_HOME": "/tmp/.local/state",
             "PATH": f"{self.install_root}/node_modules/.bin:/usr/local/bin:/usr/bin:/bin",
         }
         env.update(self.extra_env)
         return env
 
     def launch(self, task: Task, sandbox: Sandbox, gateway_url: str, session_token: str, budget: Budget) -> ExecResult:
-        # OpenCode runs a background `npm install @opencode-ai/plugin` in every writable config
-        # directory whose node_modules / package-lock.json do not list it yet (it would only reach
-        # the dead registry, but it must not try): mark it installed first.
         # ``agent.build.steps`` only asks the model for a text-only answer at the last step; a model
         # that keeps calling tools keeps OpenCode going, so the watchdog stops it after one more step.
-        script = PRELUDE + WATCHDOG.replace("MAX_STEPS", str(budget.max_turns + 1))
-        return sandbox.exec(["bash", "-c", script, "opencode", *self.command(task)],
-                            timeout=budget.wall_clock_s, env=self.environment(gateway_url, session_token, budget),
-                            max_output_bytes=5_000_000)
+        watchdog = WATCHDOG.replace("MAX_STEPS", str(budget.max_turns + 1))
+        return run_program(sandbox, ["bash", "-c", watchdog, "opencode", *self.command()], issue=task.problem_statement,
+                           budget=budget, env=self.environment(gateway_url, session_token, budget), pre=PRELUDE,
+                           home_files=HOME_FILES, max_output_bytes=5_000_000)
 
     side_requests = True  # makes tool-less side calls (titles, summaries) besides the agent loop
 
@@ -183,7 +179,7 @@ class OpenCodeHarness:
         return [tool_call("bash", {"command": shell_command, "description": "apply the fix"}), "The fix is in place."]
 
     def collect(self, sandbox: Sandbox, res: ExecResult, budget: Budget) -> HarnessResult:
-        events = parse_events(res.stdout)
+        events = json_lines(res.stdout)
         steps = [e for e in events if e.get("type") == "step_finish"]
         errors = [e for e in events if e.get("type") == "error"]
         tool_uses = [(e.get("part") or {}).get("tool") for e in events if e.get("type") == "tool_use"]
@@ -209,18 +205,3 @@ class OpenCodeHarness:
             ending = "crashed"
         return HarnessResult(ending=ending, exit_code=res.exit_code, transcript=res.stdout,
                              log_tail=res.stderr[-2000:], summary=summary)
-
-
-def parse_events(text: str) -> list[dict]:
-    out = []
-    for line in text.splitlines():
-        line = line.strip()
-        if not line.startswith("{"):
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(obj, dict):
-            out.append(obj)
-    return out

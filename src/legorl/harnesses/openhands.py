@@ -37,17 +37,18 @@ class OpenHandsHarness:
         self.llm_timeout_s = llm_timeout_s  # LiteLLM's per-call timeout (its default is too short for CPU engines)
 
     def env(self, token: str) -> dict[str, str]:
-        return {"LEGORL_API_KEY": token, "HOME": "/tmp", "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+        return {"LEGORL_API_KEY": token, "LITELLM_LOCAL_MODEL_COST_MAP": "True",
                 "LITELLM_TELEMETRY": "False", "LITELLM_LOG": "ERROR", "OPENHANDS_SUPPRESS_BANNER": "1",
                 "OH_ENABLE_TELEMETRY": "false", "LMNR_PROJECT_API_KEY": "", "OTEL_SDK_DISABLED": "true",
                 "TOKENIZERS_PARALLELISM": "false"}
 
     def argv(self, gateway_url: str, budget: Budget) -> list[str]:
-        return [f"{self.install.mount}/venv/bin/python", "-I", str(DRIVER), "--base-url", gateway_url,
-                "--model", self.model, "--issue-file", ISSUE_PATH, "--workspace", "/workspace",
-                "--max-steps", str(budget.max_turns), "--max-tokens", str(budget.max_tokens_per_turn),
-                "--max-input-tokens", str(self.max_input_tokens), "--temperature", str(budget.temperature),
-                "--tools", ",".join(self.tools), "--llm-timeout", str(self.llm_timeout_s), "--out", TRANSCRIPT]
+        # values attached to their options: none can be taken for an option; the token is in the env
+        return [f"{self.install.mount}/venv/bin/python", "-I", str(DRIVER), f"--base-url={gateway_url}",
+                f"--model={self.model}", f"--issue-file={ISSUE_PATH}", "--workspace=/workspace",
+                f"--max-steps={budget.max_turns}", f"--max-tokens={budget.max_tokens_per_turn}",
+                f"--max-input-tokens={self.max_input_tokens}", f"--temperature={budget.temperature}",
+                f"--tools={','.join(self.tools)}", f"--llm-timeout={self.llm_timeout_s}", f"--out={TRANSCRIPT}"]
 
     def launch(self, task: Task, sandbox: Sandbox, gateway_url: str, session_token: str, budget: Budget) -> ExecResult:
         return run_program(sandbox, self.argv(gateway_url, budget), issue=task.problem_statement, budget=budget,
