@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -9,7 +10,8 @@ import subprocess
 import pytest
 
 from legorl.grading.grader import split_diff
-from legorl.tasks.loader import BUILTIN_SUITES_DIR, builtin_suites, load_suite
+from legorl.tasks.author import read_tree
+from legorl.tasks.loader import BASES_DIR, BUILTIN_SUITES_DIR, builtin_suites, load_suite
 
 MINIMUM = {"trivial": 14, "easy": 13, "medium": 13}
 ALL = load_suite("builtin")
@@ -34,7 +36,29 @@ def test_ids_unique_and_named_after_their_dir():
     assert len(ids) == len(set(ids))
     for t in ALL:
         assert re.fullmatch(rf"legorl__{t.tier}-\d{{3}}", t.instance_id)
-        assert t.source_dir == (BUILTIN_SUITES_DIR / t.tier / t.instance_id / "repo").resolve()
+        task_dir = BUILTIN_SUITES_DIR / t.tier / t.instance_id
+        assert [p.name for p in task_dir.iterdir()] == ["task.json"]  # no repository copy
+        # materialised outside the package (the suites dir holds the gold patches and fixed code)
+        assert t.source_dir.name.startswith(t.instance_id + "-")
+        assert not t.source_dir.is_relative_to(BUILTIN_SUITES_DIR)
+
+
+def test_one_base_per_project_and_the_gold_patch_restores_it(tmp_path):
+    """source_dir + gold patch == the project's base, byte for byte; every base is some task's."""
+    used = set()
+    for t in ALL:
+        record = json.loads((BUILTIN_SUITES_DIR / t.tier / t.instance_id / "task.json").read_text())
+        base = (BUILTIN_SUITES_DIR / t.tier / t.instance_id / record["base_dir"]).resolve()
+        assert base.parent == BASES_DIR.resolve() and t.repo == f"legorl/{base.name}"
+        used.add(base.name)
+        work = tmp_path / t.instance_id
+        shutil.copytree(t.source_dir, work)
+        res = subprocess.run(["git", "apply", "-"], input=t.patch, text=True, cwd=work, capture_output=True,
+                             env={"PATH": "/usr/bin:/bin", "GIT_CEILING_DIRECTORIES": str(tmp_path)})
+        assert res.returncode == 0, res.stderr
+        assert read_tree(work) == read_tree(base), t.instance_id
+        assert read_tree(t.source_dir) != read_tree(base)
+    assert used == {p.name for p in BASES_DIR.iterdir()}
 
 
 @pytest.mark.parametrize("task", ALL, ids=lambda t: t.instance_id)

@@ -43,6 +43,7 @@ def test_tasks_check_broken_suite_exits_nonzero(tmp_path, monkeypatch):
     shutil.copytree(BUILTIN_SUITES_DIR / "trivial" / "legorl__trivial-001", good)
     record = json.loads((good / "task.json").read_text())
     record["instance_id"] = "legorl__good-001"
+    record["base_dir"] = str((BUILTIN_SUITES_DIR / "trivial" / "legorl__trivial-001" / record["base_dir"]).resolve())
     (good / "task.json").write_text(json.dumps(record))
     # broken: claims a test that passes without the fix is FAIL_TO_PASS
     bad = suite / "legorl__broken-001"

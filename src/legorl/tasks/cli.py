@@ -1,4 +1,4 @@
-"""``legorl tasks list|check|synth``: task suites (tasks/loader.py, tasks/check.py, tasks/synth.py).
+"""``legorl tasks list|check|author|synth``: task suites (tasks/loader.py, check.py, author.py, synth.py).
 
 Only typer and rich are imported at module level; loaders, sandboxes and the grader load inside commands.
 """
@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-app = typer.Typer(no_args_is_help=True, help="Task suites: list them, validate them, synthesize new ones.")
+app = typer.Typer(no_args_is_help=True, help="Task suites: list them, validate them, author or synthesize new ones.")
 console = Console()
 
 
@@ -93,6 +93,49 @@ def check(
                   f"wall {wall:.1f}s, {sum(r.seconds for r in results):.1f} task-seconds")
     if broken:
         raise typer.Exit(1)
+
+
+@app.command("author")
+def author(
+    base: Path = typer.Argument(..., help="The project's fixed tree: source and visible tests."),
+    buggy: Path = typer.Argument(..., help="A copy of BASE with the bug injected and, for easy/medium, the hidden "
+                                           "tests added to test files; or a diff from BASE to that."),
+    out: Path = typer.Option(..., "--out", help="Task directory to write (it gets task.json only)."),
+    tier: str = typer.Option(..., "--tier", help="trivial, easy, medium or swebench (no tier rules)."),
+    statement: Path = typer.Option(..., "--statement", help="File holding the problem statement (the issue)."),
+    instance_id: Optional[str] = typer.Option(None, "--id", help="Instance id (default: the name of --out)."),
+    repo: Optional[str] = typer.Option(None, "--repo", help="Repository name (default: legorl/<BASE's name>)."),
+    hints: str = typer.Option("", "--hints", help="hints_text."),
+    check: bool = typer.Option(True, "--check/--no-check", help="Validate the task in the sandbox afterwards."),
+    backend: str = typer.Option("bwrap", "--backend", help="Sandbox backend for the check."),
+) -> None:
+    """Write a task (task.json naming BASE, the gold patch, hidden tests, FAIL_TO_PASS/PASS_TO_PASS) and check it."""
+    from legorl.errors import LegoRLError
+    from legorl.tasks.author import author_task
+    from legorl.tasks.check import check_task, get_backend
+    from legorl.tasks.loader import load_task_dir
+
+    if tier not in ("trivial", "easy", "medium", "swebench"):
+        _fail(ValueError(f"--tier must be trivial, easy, medium or swebench, not {tier!r}"))
+    try:
+        sandbox_backend = get_backend(backend) if check else None
+        task_file = author_task(base, buggy, out, instance_id=instance_id or out.resolve().name, tier=tier,
+                                statement=statement.read_text(encoding="utf-8"), repo=repo, hints=hints)
+        task = load_task_dir(out)
+    except (LegoRLError, OSError) as exc:
+        _fail(exc)
+    console.print(f"wrote {task_file}: FAIL_TO_PASS {len(task.FAIL_TO_PASS)}, PASS_TO_PASS {len(task.PASS_TO_PASS)}, "
+                  f"hidden tests: {'yes' if task.test_patch else 'no'}", markup=False, soft_wrap=True)
+    if sandbox_backend is None:
+        return
+    result = check_task(task, sandbox_backend)
+    if not result.ok:
+        task_file.unlink()
+        console.print(f"BROKEN {task.instance_id} (task.json removed): {'; '.join(result.problems) or 'not ok'}",
+                      markup=False, soft_wrap=True)
+        raise typer.Exit(1)
+    console.print(f"checked {task.instance_id} on {backend}: gold resolves it, the empty patch does not "
+                  f"({result.seconds:.1f}s)", markup=False)
 
 
 @app.command("synth")

@@ -1,22 +1,40 @@
 """Load task suites: built-in suites, directories of task dirs, and SWE-bench record files.
 
 A *task dir* holds ``task.json`` (the fields of :class:`~legorl.tasks.model.Task`) and, for locally
-runnable tasks, ``repo/`` (the repository at its base state); ``source_dir`` is set to that
-``repo/`` unless ``task.json`` names one (relative paths are relative to the task dir).
+runnable tasks, the repository at its base state, either as
+
+* ``repo/`` (or a ``source_dir`` named in ``task.json``; relative paths are relative to the task
+  dir): ``source_dir`` is set to that directory; or
+* ``"base_dir"`` in ``task.json``: a directory holding the *fixed* project (relative to the task
+  dir). The task's repository is that tree with the gold ``patch`` reversed (``git apply -R``); it is
+  materialised once, content-addressed, under ``$LEGORL_HOME/tasks/sources/`` and ``source_dir``
+  points there. Its name hashes the base's files and the patch, so a change to either makes a new
+  tree (and, since the instance image is keyed on the tree's content, a new image). Tasks of one
+  project share one base; the built-in suites keep theirs in ``suites/_bases/<project>/``.
+  ``legorl tasks author`` writes such task dirs (:mod:`legorl.tasks.author`).
+
 A *suite dir* holds task dirs. Record files: ``.jsonl`` (one record a line), ``.json`` (a list, a
 single record, or ``{"tasks": [...]}``) and ``.parquet`` (SWE-bench's own format; needs pyarrow).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import re
+import shutil
+import subprocess
+import uuid
 from pathlib import Path
 from typing import Any, Iterable
 
-from legorl.errors import TaskError
+from legorl.errors import LegoRLError, TaskError
 from legorl.tasks.model import Task
 
 BUILTIN_SUITES_DIR = Path(__file__).resolve().parent / "suites"
+BASES_DIR = BUILTIN_SUITES_DIR / "_bases"  # the built-in projects, fixed (see "base_dir" above)
+_SOURCE_FORMAT = 1  # bump when the way a source is materialised changes
 
 
 def builtin_suites() -> list[str]:
@@ -84,6 +102,20 @@ def load_task_dir(task_dir: Path) -> Task:
     if not isinstance(record, dict):
         raise TaskError(f"{task_file}: expected a JSON object, got {type(record).__name__}")
     task = Task.parse(record, origin=str(task_file))
+    where = f"task {task.instance_id} in {task_file}"
+    if "base_dir" in record:
+        if task.source_dir is not None or (task_dir / "repo").exists():
+            raise TaskError(f"{where}: field 'base_dir' excludes 'source_dir' and a repo/ directory")
+        if not isinstance(record["base_dir"], str) or not record["base_dir"]:
+            raise TaskError(f"{where}: field 'base_dir': expected a path, got {record['base_dir']!r}")
+        base = task_dir / record["base_dir"]  # an absolute base_dir replaces task_dir
+        if not base.is_dir():
+            raise TaskError(f"{where}: field 'base_dir': {base} is not a directory")
+        try:
+            source = materialize_source(base.resolve(), task.patch, task.instance_id)
+        except TaskError as exc:
+            raise TaskError(f"{where}: {exc}") from None
+        return task.model_copy(update={"source_dir": source})
     if task.source_dir is not None:
         source = task.source_dir if task.source_dir.is_absolute() else task_dir / task.source_dir
     elif (task_dir / "repo").is_dir():
@@ -92,9 +124,66 @@ def load_task_dir(task_dir: Path) -> Task:
         source = None
     if source is not None:
         if not source.is_dir():
-            raise TaskError(f"task {task.instance_id} in {task_file}: field 'source_dir': {source} is not a directory")
+            raise TaskError(f"{where}: field 'source_dir': {source} is not a directory")
         task = task.model_copy(update={"source_dir": source.resolve()})
     return task
+
+
+def task_sources_root() -> Path:
+    """Where materialised task repositories live: ``$LEGORL_HOME/tasks/sources``."""
+    home = Path(os.environ.get("LEGORL_HOME") or Path.home() / ".cache" / "legorl").expanduser()
+    return home / "tasks" / "sources"
+
+
+def materialize_source(base: Path, patch: str, name: str = "task") -> Path:
+    """``base`` with ``patch`` reversed, as a directory under :func:`task_sources_root` (built once).
+
+    The directory's name hashes the base's files (as the instance image does: no ``.git`` or caches)
+    and the patch; it is built in a temporary directory and renamed into place, so concurrent loaders
+    build it at most a few times and never see half of it. Do not edit it: delete it to rebuild.
+    """
+    from legorl.sandbox.images import source_content_id  # light: imports no sandbox backend
+
+    try:
+        content = source_content_id(base)
+    except LegoRLError as exc:
+        raise TaskError(f"base_dir {base}: {exc}") from None
+    blob = json.dumps({"format": _SOURCE_FORMAT, "base": content, "patch": patch}, sort_keys=True)
+    key = hashlib.sha256(blob.encode()).hexdigest()[:20]
+    root = task_sources_root()
+    dest = root / f"{re.sub(r'[^A-Za-z0-9._-]', '_', name)[:80]}-{key}"
+    if dest.is_dir():
+        return dest
+    tmp = root / f".tmp-{dest.name}-{uuid.uuid4().hex[:8]}"
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        shutil.copytree(base, tmp, symlinks=True,
+                        ignore=shutil.ignore_patterns(".git", "__pycache__", ".pytest_cache", "*.pyc"))
+        reverse_apply(patch, tmp)
+        try:
+            os.rename(tmp, dest)
+        except OSError:
+            if not dest.is_dir():  # not a concurrent loader that got there first
+                raise
+    except OSError as exc:
+        raise TaskError(f"cannot materialise the task repository in {root}: {exc}") from None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return dest
+
+
+def reverse_apply(patch: str, tree: Path) -> None:
+    """``git apply -R`` of ``patch`` in ``tree`` (never a repository around it); TaskError on failure."""
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tree), "GIT_CONFIG_NOSYSTEM": "1",
+           "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CEILING_DIRECTORIES": str(tree.parent)}
+    try:
+        res = subprocess.run(["git", "apply", "-R", "--whitespace=nowarn", "-"], cwd=tree, env=env,
+                             input=patch.encode(), capture_output=True, timeout=60)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise TaskError(f"cannot run git apply: {exc}") from None
+    if res.returncode != 0:
+        raise TaskError("the gold patch does not reverse-apply to the base: "
+                        + res.stderr.decode("utf-8", "replace").strip())
 
 
 def _load_suite_dir(suite_dir: Path) -> list[Task]:

@@ -1,1 +1,0 @@
-"""Word frequencies of plain text."""

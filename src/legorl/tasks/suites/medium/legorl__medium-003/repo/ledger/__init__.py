@@ -1,1 +1,0 @@
-"""A small bookkeeping library; amounts are integer cents."""

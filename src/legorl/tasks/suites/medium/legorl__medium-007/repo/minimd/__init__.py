@@ -1,5 +1,0 @@
-"""A very small Markdown to HTML converter."""
-
-from minimd.render import render
-
-__all__ = ["render"]

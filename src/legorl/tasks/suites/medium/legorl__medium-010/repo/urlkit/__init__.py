@@ -1,1 +1,0 @@
-"""Percent-encoding, query strings and URLs."""

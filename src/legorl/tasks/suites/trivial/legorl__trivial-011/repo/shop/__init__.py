@@ -1,1 +1,0 @@
-"""Prices, discounts, tax and a shopping cart."""

@@ -1,1 +1,0 @@
-"""Stock levels keyed by item name."""

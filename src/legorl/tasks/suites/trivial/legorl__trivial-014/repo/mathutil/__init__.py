@@ -1,1 +1,0 @@
-"""Ranges, ratios and integer sequences."""

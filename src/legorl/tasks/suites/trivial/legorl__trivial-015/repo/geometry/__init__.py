@@ -1,1 +1,0 @@
-"""Areas, perimeters and points in the plane."""
