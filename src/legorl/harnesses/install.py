@@ -29,7 +29,14 @@ from pathlib import Path
 from typing import Any
 
 from legorl.harnesses.base import HarnessInstall
-from legorl.sandbox.images import ImageBuildError, ImageCache, Layer, default_cache, recipe_key, run_step
+from legorl.sandbox.images import (
+    ImageBuildError,
+    ImageCache,
+    Layer,
+    default_cache,
+    recipe_key,
+    run_step,
+)
 
 RECIPE_VERSION = 1
 # How many times a package manager ran in this process (tests assert the warm path adds none).
@@ -167,10 +174,24 @@ def harness_layer(install: HarnessInstall, cache: ImageCache | None = None, leas
     return cache.get_or_build("harness", key, recipe, build, lease=lease)
 
 
+def harness_mounts(install: HarnessInstall, layer: Layer | None) -> tuple[tuple[str, str], ...]:
+    """``SandboxSpec.extra_layers`` for a built harness ``layer``: the layer at ``install.mount`` and,
+    for a venv, the prefix of the interpreter it was made with (its ``bin/python`` links there, and
+    the sandbox's filesystem shows nothing of the host it was not given), bound at its own path."""
+    if layer is None:
+        return ()
+    mounts = [(str(layer.path), install.mount)]
+    python = (layer.meta or {}).get("python")
+    if install.kind == "pip-venv" and python:
+        prefix = str(Path(python).resolve().parent.parent)  # <prefix>/bin/python3.X -> <prefix>
+        mounts.append((prefix, prefix))
+    return tuple(mounts)
+
+
 def layer_mounts(install: HarnessInstall, cache: ImageCache | None = None) -> tuple[tuple[str, str], ...]:
-    """``SandboxSpec.extra_layers`` for ``install``: ((host path, mount point),) or ()."""
-    layer = harness_layer(install, cache)
-    return () if layer is None else ((str(layer.path), install.mount),)
+    """``SandboxSpec.extra_layers`` for ``install`` (built on a miss): see :func:`harness_mounts`."""
+    return harness_mounts(install, harness_layer(install, cache))
 
 
-__all__ = ["BUILD_COUNTER", "find_python", "harness_layer", "harness_layer_key", "install_recipe", "layer_mounts"]
+__all__ = ["BUILD_COUNTER", "find_python", "harness_layer", "harness_layer_key", "harness_mounts", "install_recipe",
+           "layer_mounts"]
