@@ -19,7 +19,7 @@ setup: system-packages $(STAMP)
 
 # Debian packages the sandboxes need (bubblewrap; podman with runc; debootstrap builds podman's
 # base image); installed only when missing and only as root.
-APT_PACKAGES := bubblewrap podman runc uidmap catatonit debootstrap git
+APT_PACKAGES := bubblewrap podman runc uidmap catatonit debootstrap git strace
 system-packages:
 	@missing=$$(for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
 	if [ -n "$$missing" ]; then \

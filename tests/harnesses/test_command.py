@@ -33,9 +33,9 @@ def test_command_wrong_fix_rewards_zero(tmp_path, underscore_tokens):
 
 
 def test_custom_command_line_and_variable(tmp_path):
-    # any program: here a urllib client reading another variable, one call, then exit 3
+    # any program: here a urllib client reading another variable and the token file, one call, then exit 3
     client = Path(__file__).with_name("urllib_client.py")
-    cmd = f"python3 {client} {{issue_file}} {{token}}"
+    cmd = f"python3 {client} {{issue_file}} {{token_file}}"
     run = rollout("command", "scripted-gold", tmp_path, command=cmd, base_url_var="MY_LLM", api_key_var=None,
                   budget=Budget(max_turns=1, max_tokens_per_turn=64, wall_clock_s=120))
     r = run.rollout

@@ -12,11 +12,18 @@ Layers:
 Library use by the training loop::
 
     gw = Gateway(engine, ChatTemplateRenderer(tok), SessionRegistry(), RunStore(run_dir), "smollm2-135m")
-    token = gw.open_session(rollout_id)        # harness: base_url=<server>/v1, api_key=token
+    token = gw.open_session(rollout_id, budget=SessionBudget.from_budget(budget))  # harness: api_key=token
     ...harness runs...
     turns = gw.session_turns(token)            # ordered by turn_index
+    report = gw.session_report(token)          # budget spent/refused, client identities, Flags
     samples = build_samples(turns, rollout_id)
     gw.close_session(token)
+
+Budgets (:class:`~legorl.gateway.sessions.SessionBudget`; semantics in :mod:`legorl.gateway.sessions`)
+are checked in :meth:`Gateway.complete` before anything else: a refused call costs no alignment and
+no generation, is answered 403 ``budget_exhausted`` (turns/tokens spent, final) or 429
+``concurrency_limit_exceeded`` (transient) in the dialect's error shape, and is recorded as a failed
+Turn with ``finish_reason="refused"`` (never a training sample).
 
 Routes: ``POST /v1/chat/completions`` (and ``/chat/completions``), ``POST /v1/messages`` (also
 ``?beta=true``), ``POST /v1/messages/count_tokens``, ``POST /v1/responses`` (and ``/responses``),
@@ -26,14 +33,17 @@ Errors (each dialect renders them in its shape; OpenAI: ``{"error": {"message", 
 "code"}}``): 400 ``invalid_request_error`` (bad JSON, missing/wrong fields — ``param`` names the
 field — or ``code: context_length_exceeded``), 401 ``invalid_api_key``, 500 ``server_error``,
 503 when the engine is overloaded/shutting down, 504 when generation ran past
-``generate_timeout_s`` (Anthropic: 529 ``overloaded_error`` for all three). A client that
+``generate_timeout_s`` (Anthropic: 529 ``overloaded_error`` for all three), 403
+``budget_exhausted`` (the session's turn/token budget is spent; ``x-should-retry: false``;
+Anthropic: ``permission_error``), 429 ``concurrency_limit_exceeded`` (too many calls of the session
+in flight; ``retry-after: 1``; Anthropic: ``rate_limit_error``). A client that
 disconnects while its request is generating cancels the generation; the Turn is recorded with
 ``failed=True, error="client_disconnected", finish_reason="cancelled"``. Unknown request fields
 are accepted and ignored.
 
 Sampling mapping: ``max_completion_tokens`` > ``max_tokens`` > ``default_max_tokens``, clipped
-to the context left after the prompt; ``temperature``, ``top_p``, ``seed`` as given (``top_k``
-off); ``stop`` strings are applied after generation by cutting the output at the first token
+to the sampling policy's and the session budget's per-call cap and to the context left after the
+prompt; ``temperature``, ``top_p``, ``seed`` as given (``top_k`` off); ``stop`` strings are applied after generation by cutting the output at the first token
 whose text completes a stop string (the sampled tokens up to and including it are kept and
 recorded, the returned content ends before the stop string, finish_reason ``stop``).
 """
@@ -60,7 +70,7 @@ from legorl.gateway.dialects.openai_chat import DIALECT as DIALECT_OPENAI_CHAT
 from legorl.gateway.dialects.openai_chat import ChatCompletionRequest, OpenAIChat  # noqa: F401 (compat)
 from legorl.gateway.dialects.openai_responses import OpenAIResponses
 from legorl.gateway.renderer import Message, ParsedOutput, Renderer
-from legorl.gateway.sessions import Session, SessionRegistry
+from legorl.gateway.sessions import BudgetRefusal, Session, SessionBudget, SessionRegistry, SessionReport
 from legorl.trajectory.alignment import Alignment
 from legorl.trajectory.records import AlignmentEvent, Turn
 from legorl.trajectory.store import RunStore
@@ -147,8 +157,14 @@ class Gateway:
         self.app = self._build_app()
 
     # -- library API used by the training loop -----------------------------------------------
-    def open_session(self, rollout_id: str, *, token: str | None = None) -> str:
-        return self.sessions.open(rollout_id, token=token)
+    def open_session(self, rollout_id: str, *, token: str | None = None, budget: SessionBudget | None = None) -> str:
+        """Open a session; returns its token. ``budget``: what it may spend, enforced on every call
+        (None: unlimited)."""
+        return self.sessions.open(rollout_id, token=token, budget=budget)
+
+    def session_report(self, token: str) -> SessionReport:
+        """Budget use, refusals and client identities of an open session (see :class:`SessionReport`)."""
+        return self.session(token).report()
 
     def session(self, token: str) -> Session:
         s = self.sessions.get(token)
@@ -166,7 +182,9 @@ class Gateway:
         return s.turns_sorted() if s is not None else []
 
     # -- dialect-independent core ------------------------------------------------------------
-    def _sampling(self, prompt_len: int, max_tokens: int | None, temperature: float | None, top_p: float | None, seed: int | None) -> SamplingParams:
+    def _sampling(self, prompt_len: int, max_tokens: int | None, temperature: float | None, top_p: float | None, seed: int | None,
+                  cap: int | None = None) -> SamplingParams:
+        """``cap``: the session budget's clip for this call (>= 1)."""
         room = self.engine.max_context - prompt_len
         if room < 1:
             raise ContextLengthError(
@@ -180,6 +198,8 @@ class Gateway:
             temperature, top_p = policy.temperature, policy.top_p
             if policy.max_tokens is not None:
                 max_tokens = min(int(max_tokens), policy.max_tokens)
+        if cap is not None:
+            max_tokens = min(int(max_tokens), int(cap))
         return SamplingParams(
             max_tokens=max(1, min(int(max_tokens), room)),
             temperature=1.0 if temperature is None else float(temperature),
@@ -224,29 +244,65 @@ class Gateway:
         make_response=None,
         context_param: str = "messages",
     ) -> Completion:
-        """Align, generate, parse and record one call. ``make_response(completion) -> dict`` builds
-        the wire response, which is stored in the Turn before this returns. Raises GatewayError."""
+        """Check the session's budget, align, generate, parse and record one call.
+        ``make_response(completion) -> dict`` builds the wire response, which is stored in the Turn
+        before this returns. Raises GatewayError (:class:`BudgetRefusal` when the budget says no)."""
         t0 = time.perf_counter()
         turn_index = session.allocate_turn_index()
-        route = getattr(session, "route", None)  # content-based routing (sub-agents without headers)
-        thread = route(thread_id, messages, tools, self.renderer) if route is not None else session.thread(thread_id)
-        thread_id = getattr(thread, "thread_id", thread_id)
         try:
-            await thread.lock.acquire()
-        except asyncio.CancelledError:  # client left while an earlier request of its thread ran
-            await self._record_failure(session, thread_id, turn_index, dialect, None, None, raw_request, {}, CLIENT_DISCONNECTED, None)
+            ticket = session.admit(turn_index)
+        except BudgetRefusal as refusal:
+            await self._record_refusal(session, thread_id, turn_index, dialect, raw_request, refusal)
             raise
+        generated, refund = 0, True  # a call that fails without output gives its turn back
         try:
-            return await self._complete_locked(
-                session, thread, thread_id, turn_index, t0, messages, tools, dialect=dialect, max_tokens=max_tokens,
-                temperature=temperature, top_p=top_p, seed=seed, stop=stop, raw_request=raw_request,
-                make_response=make_response, context_param=context_param,
-            )
+            route = getattr(session, "route", None)  # content-based routing (sub-agents without headers)
+            thread = route(thread_id, messages, tools, self.renderer) if route is not None else session.thread(thread_id)
+            thread_id = getattr(thread, "thread_id", thread_id)
+            try:
+                await thread.lock.acquire()
+            except asyncio.CancelledError:  # client left while an earlier request of its thread ran
+                await self._record_failure(session, thread_id, turn_index, dialect, None, None, raw_request, {}, CLIENT_DISCONNECTED, None)
+                raise
+            try:
+                completion = await self._complete_locked(
+                    session, thread, thread_id, turn_index, t0, messages, tools, dialect=dialect, max_tokens=max_tokens,
+                    temperature=temperature, top_p=top_p, seed=seed, stop=stop, raw_request=raw_request,
+                    make_response=make_response, context_param=context_param, cap=ticket.max_tokens,
+                )
+            except asyncio.CancelledError:  # the client left during generation: the engine worked
+                refund = False
+                raise
+            finally:
+                thread.lock.release()
+            generated, refund = len(completion.output_token_ids), False
+            return completion
         finally:
-            thread.lock.release()
+            session.settle(ticket, generated, refund=refund)
+
+    async def _record_refusal(self, session: Session, thread_id: str, turn_index: int, dialect: str, raw_request: Any,
+                              refusal: BudgetRefusal) -> None:
+        """A call the budget refused: a failed Turn (``finish_reason="refused"``), no alignment, no
+        tokens — kept as evidence, never a training sample. Past REFUSALS_RECORDED per session only
+        counted (:attr:`SessionReport.refusals_unrecorded`)."""
+        if not session.take_refusal_slot():
+            return
+        turn = Turn(
+            session_id=session.session_id, thread_id=thread_id, turn_index=turn_index, dialect=dialect,
+            prompt_token_ids=[], output_token_ids=[], output_logprobs=[], sampling={}, weight_version=self.engine.weight_version,
+            finish_reason="refused",
+            alignment=AlignmentEvent(turn_index=turn_index, kind="fork", reason=f"refused by the session budget: {refusal.reason}", segment_index=-1),
+            request=raw_request if isinstance(raw_request, dict) else {}, response=refusal.body(), failed=True,
+            error=f"{refusal.code}: {refusal.message}",
+        )
+        try:
+            await asyncio.shield(self._record(session, turn))
+        except Exception:  # noqa: BLE001
+            log.exception("could not record refused turn")
 
     async def _complete_locked(self, session, thread, thread_id, turn_index, t0, messages, tools, *, dialect, max_tokens,
-                               temperature, top_p, seed, stop, raw_request, make_response, context_param) -> Completion:
+                               temperature, top_p, seed, stop, raw_request, make_response, context_param,
+                               cap: int | None = None) -> Completion:
         if True:
             alignment: Alignment | None = None
             sampling: SamplingParams | None = None
@@ -255,7 +311,7 @@ class Gateway:
             try:
                 alignment = thread.state.align(self.renderer, messages, tools)
                 timings["align_s"] = time.perf_counter() - t0
-                sampling = self._sampling(len(alignment.prompt_token_ids), max_tokens, temperature, top_p, seed)
+                sampling = self._sampling(len(alignment.prompt_token_ids), max_tokens, temperature, top_p, seed, cap)
                 t1 = time.perf_counter()
                 gen = self.engine.generate(alignment.prompt_token_ids, sampling)
                 if self.generate_timeout_s is not None:

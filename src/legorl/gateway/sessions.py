@@ -1,6 +1,8 @@
 """Sessions: one per rollout, addressed by a secret token the harness sends as its API key.
 
-``open(rollout_id) -> token`` (``secrets.token_urlsafe``); the harness sends it as
+``open(rollout_id) -> token``: :func:`new_token`, ``legorl-`` + 48 lowercase hex digits (letters,
+digits and hyphens only, starting with a letter: it never looks like a command-line option and needs
+no shell quoting); the harness sends it as
 ``Authorization: Bearer <token>`` (OpenAI SDKs, Claude Code's ``ANTHROPIC_AUTH_TOKEN``) or
 ``x-api-key: <token>`` (Anthropic SDK). Inside a session, requests are routed to *threads*
 (main agent, sub-agents) and, inside a thread, to *segments* (main chain, compaction, side calls):
@@ -25,6 +27,38 @@ served one at a time so that every request is aligned against the thread's lates
 
 ``session_id`` (recorded in every Turn; never the token) is the rollout id, suffixed ``~N`` when
 that rollout id was opened before.
+
+Budgets (:class:`SessionBudget`, given to ``open``; the rollout's
+:class:`~legorl.harnesses.base.Budget`) are enforced here, where every model call passes, whatever
+the harness itself was told — a program in the sandbox that calls the gateway with the session
+token from its environment spends the same budget:
+
+* **turns** — every generation call of the session counts (all threads and segments: main chain,
+  sub-agents, side calls, compaction summaries, retries): at most ``max_turns + turn_slack`` are
+  served. The slack (:func:`default_turn_slack`: ``max(2, ceil(max_turns / 4))``) is for the side
+  calls an honest harness makes besides its ``max_turns`` agent steps (titles, summaries, OpenCode's
+  last text-only step). A call is counted when it is admitted; one that then fails without output
+  (engine error, context too long, the client gone before generation started) is refunded, so a
+  harness's retry is not charged twice. Calls refused for a bad body never reach the budget.
+* **tokens** — each call's ``max_tokens`` is clipped to ``max_tokens_per_turn`` and to what is left
+  of ``max_total_tokens`` (generated tokens of the session, with the caps of the calls in flight
+  reserved), so the session never generates more than ``max_total_tokens``.
+* **concurrency** — at most ``max_concurrent`` generation calls of the session in flight (queued
+  on a thread lock included); one more is refused *transiently* (429 + ``retry-after``). Above
+  ``declared_concurrency`` (what the harness is known to use) calls are still served but noted.
+
+A refusal is a :class:`BudgetRefusal` (a GatewayError): turns or tokens spent — 403,
+``type``/``code`` ``budget_exhausted``, ``x-should-retry: false`` (final: no client SDK retries a
+403, and mini-swe-agent aborts on it instead of backing off ten times as it does on 429/400);
+concurrency — 429, ``code: concurrency_limit_exceeded``, ``retry-after: 1``. Each dialect renders it
+in its own shape (Anthropic: ``permission_error`` / ``rate_limit_error``). The gateway records
+every refused call as a failed Turn (``finish_reason="refused"``; never a training sample), the
+first :data:`REFUSALS_RECORDED` per session (later ones are only counted).
+
+The session also notes what suggests calls that do not come from the harness's own client: the
+client identity (:data:`CLIENT_HEADERS`: User-Agent and SDK headers) of every request is compared
+with the session's first one, and concurrency above ``declared_concurrency`` is counted.
+:meth:`Session.report` returns all of it (:class:`SessionReport`, with grading :class:`Flag` s).
 """
 
 from __future__ import annotations
@@ -32,18 +66,178 @@ from __future__ import annotations
 import asyncio
 import secrets
 import threading
-from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Mapping, Sequence
 
+from legorl.gateway.dialects.base import GatewayError
 from legorl.gateway.renderer import Message, Renderer
 from legorl.trajectory.alignment import ThreadState
-from legorl.trajectory.records import Turn
+from legorl.trajectory.records import Flag, Turn
 
 THREAD_HEADERS: tuple[str, ...] = ("x-legorl-thread", "x-claude-code-agent-id", "x-session-id")
 PARENT_HEADER = "x-parent-session-id"
 EXPLICIT_THREAD_HEADER = "x-legorl-thread"
 DEFAULT_THREAD = "main"
 ROUTABLE = ("extend", "realign")
+
+TOKEN_PREFIX = "legorl-"
+TOKEN_HEX_BYTES = 24  # 192 random bits
+
+
+def new_token() -> str:
+    """A fresh session token: ``legorl-`` + 48 lowercase hex digits. Only letters, digits and
+    hyphens, starting with a letter: never taken for a command-line option (``secrets.token_urlsafe``
+    starts with ``-`` once in 64 draws), never needs shell or URL quoting; the prefix makes a leaked
+    token easy to find in logs."""
+    return TOKEN_PREFIX + secrets.token_hex(TOKEN_HEX_BYTES)
+
+
+# --------------------------------------------------------------------------- budgets
+
+DEFAULT_MAX_CONCURRENT = 8
+REFUSALS_RECORDED = 256  # refused calls recorded as Turns per session; later ones are only counted
+# Request headers that identify the client program (the SDK's own headers; retry counters and
+# timeouts, which change between calls of one client, are left out).
+CLIENT_HEADERS = ("user-agent", "x-stainless-lang", "x-stainless-package-version", "x-stainless-runtime", "x-app")
+REFUSAL_TERMINAL = ("turns", "tokens")  # reasons that do not come back: the budget is spent
+
+
+def default_turn_slack(max_turns: int) -> int:
+    """Calls served beyond ``max_turns`` for an honest harness's side calls: ``max(2, ceil(max_turns/4))``."""
+    return max(2, -(-int(max_turns) // 4))
+
+
+@dataclass(frozen=True)
+class SessionBudget:
+    """What one session may spend (None: unlimited). See the module doc for the semantics."""
+
+    max_turns: int | None = None  # the harness's agent steps (model calls) ...
+    turn_slack: int = 0  # ... plus this many more calls of any kind (side calls)
+    max_tokens_per_turn: int | None = None  # clip of every call's max_tokens
+    max_total_tokens: int | None = None  # generated tokens over the whole session
+    max_concurrent: int | None = None  # generation calls in flight at once; more are refused (429)
+    declared_concurrency: int | None = None  # what the harness uses; more is served but flagged
+
+    def __post_init__(self) -> None:
+        for name in ("max_turns", "max_tokens_per_turn", "max_total_tokens", "max_concurrent", "declared_concurrency"):
+            v = getattr(self, name)
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
+                raise ValueError(f"SessionBudget.{name} must be a positive int or None, not {v!r}")
+        if not isinstance(self.turn_slack, int) or self.turn_slack < 0:
+            raise ValueError(f"SessionBudget.turn_slack must be an int >= 0, not {self.turn_slack!r}")
+
+    @property
+    def max_calls(self) -> int | None:
+        """Generation calls served in all: ``max_turns + turn_slack``."""
+        return None if self.max_turns is None else self.max_turns + self.turn_slack
+
+    @property
+    def unlimited(self) -> bool:
+        return all(getattr(self, n) is None for n in ("max_turns", "max_tokens_per_turn", "max_total_tokens", "max_concurrent"))
+
+    @classmethod
+    def from_budget(cls, budget: Any, *, declared_concurrency: int | None = None) -> SessionBudget:
+        """From a rollout's :class:`~legorl.harnesses.base.Budget` (read by attribute: ``max_turns``,
+        ``max_tokens_per_turn``, and when present ``turn_slack`` (None: :func:`default_turn_slack`),
+        ``max_total_tokens``, ``max_concurrent_requests``)."""
+        turns = int(budget.max_turns)
+        slack = getattr(budget, "turn_slack", None)
+        return cls(
+            max_turns=turns,
+            turn_slack=default_turn_slack(turns) if slack is None else int(slack),
+            max_tokens_per_turn=getattr(budget, "max_tokens_per_turn", None),
+            max_total_tokens=getattr(budget, "max_total_tokens", None),
+            max_concurrent=getattr(budget, "max_concurrent_requests", DEFAULT_MAX_CONCURRENT),
+            declared_concurrency=declared_concurrency,
+        )
+
+
+class BudgetRefusal(GatewayError):
+    """A call the session's budget does not allow. ``reason``: ``turns`` | ``tokens`` (terminal:
+    403 ``budget_exhausted``) or ``concurrency`` | ``tokens_in_flight`` (transient: 429
+    ``concurrency_limit_exceeded``, retry after a second). ``headers`` go out with the response."""
+
+    def __init__(self, reason: str, message: str):
+        self.reason = reason
+        self.terminal = reason in REFUSAL_TERMINAL
+        if self.terminal:
+            super().__init__(403, message, type="budget_exhausted", code="budget_exhausted")
+            self.headers = {"x-should-retry": "false"}
+        else:
+            super().__init__(429, message, type="rate_limit_error", code="concurrency_limit_exceeded")
+            self.headers = {"retry-after": "1", "x-should-retry": "true"}
+
+
+@dataclass
+class Ticket:
+    """One admitted call: its turn index and its token cap (None: no budget cap)."""
+
+    turn_index: int
+    max_tokens: int | None
+    reserved: int = 0
+    settled: bool = False
+
+
+@dataclass
+class SessionReport:
+    """What the gateway saw of a session's budget and clients (:meth:`Session.report`)."""
+
+    session_id: str
+    budget: dict[str, Any]
+    calls_admitted: int  # generation calls served (or being served), refunds deducted
+    calls_refused: dict[str, int]  # reason -> count
+    first_refused_turn: int | None  # turn index of the first refusal over a spent budget
+    tokens_generated: int
+    peak_in_flight: int
+    over_declared_concurrency: int  # calls admitted while more than declared_concurrency were in flight
+    client: dict[str, str] | None  # the identity headers of the session's first request
+    other_clients: list[dict[str, Any]]  # [{"headers": {...}, "requests": n}, ...]
+    refusals_unrecorded: int = 0  # refused calls beyond REFUSALS_RECORDED (counted, not recorded)
+
+    @property
+    def exhausted(self) -> bool:
+        """The turn or token budget was spent and at least one call was refused for it."""
+        return any(self.calls_refused.get(r, 0) for r in REFUSAL_TERMINAL)
+
+    def describe(self) -> str:
+        """One line for ``Rollout.cause``."""
+        b = self.budget
+        parts = []
+        if self.calls_refused.get("turns"):
+            parts.append(f"{self.calls_admitted} of {b.get('max_turns')}+{b.get('turn_slack')} model calls used, "
+                         f"{self.calls_refused['turns']} more refused")
+        if self.calls_refused.get("tokens"):
+            parts.append(f"{self.tokens_generated} of {b.get('max_total_tokens')} tokens generated, "
+                         f"{self.calls_refused['tokens']} more calls refused")
+        return "gateway budget exhausted: " + "; ".join(parts) if parts else ""
+
+    def flags(self) -> list[Flag]:
+        """Grading flags (severity ``info``: the budget is enforced, so nothing extra was trained on)."""
+        out: list[Flag] = []
+        if self.exhausted:
+            out.append(Flag(kind="gateway_budget_exhausted", severity="info", stage="during", evidence={
+                "source": "gateway", "turn": self.first_refused_turn, "detail": self.describe(),
+                "refused": sum(self.calls_refused.get(r, 0) for r in REFUSAL_TERMINAL), "budget": self.budget}))
+        conc_refused = self.calls_refused.get("concurrency", 0) + self.calls_refused.get("tokens_in_flight", 0)
+        if self.over_declared_concurrency or conc_refused:
+            out.append(Flag(kind="gateway_concurrency", severity="info", stage="during", evidence={
+                "source": "gateway", "peak_in_flight": self.peak_in_flight,
+                "declared": self.budget.get("declared_concurrency"), "limit": self.budget.get("max_concurrent"),
+                "over_declared": self.over_declared_concurrency, "refused": conc_refused,
+                "detail": f"up to {self.peak_in_flight} calls in flight at once"}))
+        if self.other_clients:
+            n = sum(c["requests"] for c in self.other_clients)
+            out.append(Flag(kind="gateway_foreign_client", severity="info", stage="during", evidence={
+                "source": "gateway", "requests": n, "client": self.client,
+                "other_clients": self.other_clients[:8],
+                "detail": f"{n} request(s) from a client other than the session's first "
+                          f"({(self.client or {}).get('user-agent', '?')!r})"}))
+        return out
+
+
+def client_identity(headers: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """The identifying headers of a request (:data:`CLIENT_HEADERS`), as a hashable tuple."""
+    return tuple((h, str(headers.get(h) or "")[:200]) for h in CLIENT_HEADERS)
 
 
 @dataclass
@@ -67,6 +261,21 @@ class Session:
     turns: list[Turn] = field(default_factory=list)  # in completion order
     next_turn_index: int = 0
     closed: bool = False
+    budget: SessionBudget = field(default_factory=SessionBudget)
+    # budget ledger (under _lock)
+    calls_admitted: int = 0
+    tokens_generated: int = 0
+    tokens_reserved: int = 0
+    in_flight: int = 0
+    peak_in_flight: int = 0
+    over_declared: int = 0
+    calls_refused: dict[str, int] = field(default_factory=dict)
+    first_refused_turn: int | None = None
+    refusals_recorded: int = 0
+    refusals_unrecorded: int = 0
+    # client identity: the first request's, and how many requests came from each other one
+    client: tuple[tuple[str, str], ...] | None = None
+    other_clients: dict[tuple[tuple[str, str], ...], int] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     _use_clock: int = 0
@@ -85,10 +294,95 @@ class Session:
             return th
 
     def note_headers(self, headers: Mapping[str, str]) -> str:
-        """Register the thread a request's headers name (and its parent link); returns its id."""
+        """Register the thread a request's headers name (and its parent link) and the request's
+        client identity; returns the thread id."""
         tid, parent, explicit = thread_info_from_headers(headers)
         self.thread(tid, parent=parent, explicit=explicit)
+        self.note_client(headers)
         return tid
+
+    def note_client(self, headers: Mapping[str, str]) -> None:
+        ident = client_identity(headers)
+        with self._lock:
+            if self.client is None:
+                self.client = ident
+            elif ident != self.client:
+                self.other_clients[ident] = self.other_clients.get(ident, 0) + 1
+
+    # -- budget --------------------------------------------------------------------------------
+    def admit(self, turn_index: int) -> Ticket:
+        """Admit one generation call or raise :class:`BudgetRefusal` (counted in ``calls_refused``).
+        Every admitted call must be :meth:`settle` d exactly once."""
+        b = self.budget
+        with self._lock:
+            reason = message = None
+            left = None if b.max_total_tokens is None else b.max_total_tokens - self.tokens_generated - self.tokens_reserved
+            if b.max_calls is not None and self.calls_admitted >= b.max_calls:
+                reason, message = "turns", (
+                    f"LEGO-RL session budget exhausted: all {b.max_calls} model calls of this rollout are used "
+                    f"(max_turns={b.max_turns} + {b.turn_slack} for side calls); no further calls are served.")
+            elif left is not None and left <= 0 and self.tokens_reserved == 0:
+                reason, message = "tokens", (
+                    f"LEGO-RL session budget exhausted: {self.tokens_generated} of the rollout's "
+                    f"{b.max_total_tokens} tokens are generated; no further calls are served.")
+            elif b.max_concurrent is not None and self.in_flight >= b.max_concurrent:
+                reason, message = "concurrency", (
+                    f"LEGO-RL session concurrency limit: {self.in_flight} calls of this session are in flight "
+                    f"(limit {b.max_concurrent}); retry when one has finished.")
+            elif left is not None and left <= 0:
+                reason, message = "tokens_in_flight", (
+                    "LEGO-RL session budget: the rest of this rollout's token budget is reserved by calls "
+                    "in flight; retry when they have finished.")
+            if reason is not None:
+                self.calls_refused[reason] = self.calls_refused.get(reason, 0) + 1
+                if reason in REFUSAL_TERMINAL and self.first_refused_turn is None:
+                    self.first_refused_turn = turn_index
+                raise BudgetRefusal(reason, message)
+            cap = b.max_tokens_per_turn
+            if left is not None:
+                cap = left if cap is None else min(cap, left)
+            ticket = Ticket(turn_index, cap, reserved=cap if left is not None else 0)
+            self.calls_admitted += 1
+            self.tokens_reserved += ticket.reserved
+            self.in_flight += 1
+            self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
+            if b.declared_concurrency is not None and self.in_flight > b.declared_concurrency:
+                self.over_declared += 1
+            return ticket
+
+    def settle(self, ticket: Ticket, generated: int = 0, *, refund: bool = False) -> None:
+        """End an admitted call: ``generated`` tokens spent; ``refund`` gives its turn back (it
+        failed without output). Idempotent."""
+        with self._lock:
+            if ticket.settled:
+                return
+            ticket.settled = True
+            self.in_flight -= 1
+            self.tokens_reserved -= ticket.reserved
+            self.tokens_generated += max(0, int(generated))
+            if refund:
+                self.calls_admitted -= 1
+
+    def take_refusal_slot(self) -> bool:
+        """Whether a refused call should be recorded as a Turn (the first REFUSALS_RECORDED are)."""
+        with self._lock:
+            if self.refusals_recorded < REFUSALS_RECORDED:
+                self.refusals_recorded += 1
+                return True
+            self.refusals_unrecorded += 1
+            return False
+
+    def report(self) -> SessionReport:
+        with self._lock:
+            return SessionReport(
+                session_id=self.session_id, budget=asdict(self.budget), calls_admitted=self.calls_admitted,
+                calls_refused=dict(self.calls_refused), first_refused_turn=self.first_refused_turn,
+                tokens_generated=self.tokens_generated, peak_in_flight=self.peak_in_flight,
+                over_declared_concurrency=self.over_declared,
+                client=dict(self.client) if self.client is not None else None,
+                other_clients=[{"headers": dict(k), "requests": n} for k, n in self.other_clients.items()],
+                refusals_unrecorded=self.refusals_unrecorded,
+            )
 
     def route(self, thread_id: str, messages: Sequence[Message], tools: Sequence[dict] | None, renderer: Renderer) -> Thread:
         """The thread a request goes to: ``thread_id`` unless the request would fork there and
@@ -171,19 +465,23 @@ class SessionRegistry:
         self._used_ids: dict[str, int] = {}
         self._lock = threading.Lock()
 
-    def open(self, rollout_id: str, *, token: str | None = None) -> str:
-        """Open a session for ``rollout_id``; returns its token (pass ``token`` to choose it, e.g.
-        a fixed dev token for the CLI)."""
+    def open(self, rollout_id: str, *, token: str | None = None, budget: SessionBudget | None = None) -> str:
+        """Open a session for ``rollout_id``; returns its token (:func:`new_token`; pass ``token``
+        to choose it, e.g. a fixed dev token for the CLI). ``budget``: what the session may spend
+        (None: unlimited)."""
         if not isinstance(rollout_id, str) or not rollout_id:
             raise ValueError("rollout_id must be a non-empty string")
+        if budget is not None and not isinstance(budget, SessionBudget):
+            raise TypeError(f"budget must be a SessionBudget (SessionBudget.from_budget(...)), not {type(budget).__name__}")
         with self._lock:
-            tok = token or secrets.token_urlsafe(32)
+            tok = token or new_token()
             if tok in self._by_token:
                 raise ValueError("token already in use")
             n = self._used_ids.get(rollout_id, 0)
             self._used_ids[rollout_id] = n + 1
             sid = rollout_id if n == 0 else f"{rollout_id}~{n}"
-            self._by_token[tok] = Session(session_id=sid, rollout_id=rollout_id, token=tok)
+            self._by_token[tok] = Session(session_id=sid, rollout_id=rollout_id, token=tok,
+                                          budget=budget or SessionBudget())
             return tok
 
     def close(self, token: str) -> Session | None:

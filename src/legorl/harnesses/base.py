@@ -18,10 +18,25 @@ HarnessEnding = Literal["finished", "budget", "timeout", "crashed"]
 
 @dataclass(frozen=True)
 class Budget:
+    """A rollout's budget. The adapter tells the harness (its own step/token settings), and the
+    gateway enforces it on every call of the rollout's session whatever the harness does
+    (:class:`legorl.gateway.sessions.SessionBudget`, built with ``SessionBudget.from_budget``):
+
+    * ``max_turns`` — the harness's agent steps; the gateway serves ``max_turns + turn_slack`` model
+      calls in all (every thread and segment), ``turn_slack`` None meaning
+      ``max(2, ceil(max_turns / 4))`` for an honest harness's side calls (titles, summaries);
+    * ``max_tokens_per_turn`` — clip of every call's ``max_tokens``;
+    * ``max_total_tokens`` — generated tokens over the whole rollout (None: only the two above);
+    * ``max_concurrent_requests`` — calls of the session in flight at once (more are refused, 429).
+    """
+
     max_turns: int = 3
     max_tokens_per_turn: int = 512
     wall_clock_s: float = 600.0
     temperature: float = 1.0
+    max_total_tokens: int | None = None
+    max_concurrent_requests: int = 8
+    turn_slack: int | None = None
 
 
 @dataclass(frozen=True)

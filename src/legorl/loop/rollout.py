@@ -1,6 +1,17 @@
 """One rollout: task → sandbox → harness (pointed at the gateway) → diff → grader → Rollout record.
 
 A bad rollout is data, not a crash: every failure ends up as a status with its cause.
+
+The rollout's :class:`Budget` is enforced by the gateway too: the session is opened with
+``SessionBudget.from_budget(ctx.budget, declared_concurrency=...)``, so every call made with its
+token — by the harness or by any other program in the sandbox — spends it. When the gateway
+refused calls because the budget was spent, the harness ending becomes ``budget`` (a harness that
+exits non-zero because its model stopped answering did not crash), the rollout keeps status ``ok``
+and is graded as usual, ``cause`` says what was spent, and the session report's Flags
+(``gateway_budget_exhausted``, ``gateway_concurrency``, ``gateway_foreign_client``; severity info)
+join ``flag_details``. The declared concurrency is the harness's ``max_concurrency`` attribute when
+it has one, else 1 for a harness without side requests (one agent loop, one call at a time) and
+unchecked for one with them.
 """
 
 from __future__ import annotations
@@ -10,12 +21,13 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from legorl.errors import GradingError, SandboxError
+from legorl.errors import SandboxError
 from legorl.gateway.app import Gateway
+from legorl.gateway.sessions import SessionBudget, SessionReport
 from legorl.grading.grader import grade
 from legorl.grading.monitor import RolloutMonitor, check_isolation
 from legorl.harnesses.base import Budget, Harness, HarnessResult, run_harness
-from legorl.harnesses.install import harness_layer
+from legorl.harnesses.install import harness_layer, harness_mounts
 from legorl.sandbox.base import SandboxBackend, SandboxSpec
 from legorl.tasks.model import Task
 from legorl.trajectory.builder import build_samples
@@ -38,9 +50,21 @@ class RolloutContext:
     trace_dir: str | None = None  # keep each rollout's host-side strace here (<sandbox>.strace); None: discard
 
 
+def declared_concurrency(harness: Harness) -> int | None:
+    """Calls the harness is known to make at once (None: not checked); see the module doc."""
+    declared = getattr(harness, "max_concurrency", None)
+    if declared is not None:
+        return int(declared)
+    return None if getattr(harness, "side_requests", False) else 1
+
+
+def session_budget(ctx: RolloutContext) -> SessionBudget:
+    return SessionBudget.from_budget(ctx.budget, declared_concurrency=declared_concurrency(ctx.harness))
+
+
 async def run_rollout(ctx: RolloutContext, task: Task, step: int = 0, group_index: int = 0) -> Rollout:
     rollout_id = f"r-{uuid.uuid4().hex[:12]}"
-    token = ctx.gateway.open_session(rollout_id)
+    token = ctx.gateway.open_session(rollout_id, budget=session_budget(ctx))
     session_id = ctx.gateway.sessions.session_id(token)
     rollout = Rollout(rollout_id=rollout_id, session_id=session_id, task_id=task.instance_id,
                       harness=ctx.harness.name, sandbox=ctx.backend.name, step=step, group_index=group_index)
@@ -61,7 +85,7 @@ async def _run_in_sandbox(ctx: RolloutContext, task: Task, token: str, rollout: 
     except SandboxError as exc:  # ImageBuildError included
         rollout.status, rollout.cause = "env_failure", f"harness layer: {exc}"
         return
-    layers = () if layer is None else ((str(layer.path), ctx.harness.install.mount),)
+    layers = harness_mounts(ctx.harness.install, layer)
     try:
         await _run_with_layers(ctx, task, token, rollout, layers)
     finally:
@@ -109,6 +133,16 @@ async def _run_with_layers(ctx: RolloutContext, task: Task, token: str, rollout:
     except Exception:  # noqa: BLE001 - the gateway's record is evidence, not a precondition
         turns = []
     during = monitor.flags(turns)
+    gw_report = _session_report(ctx, token)
+    budget_cause = None
+    if gw_report is not None:
+        during = [*during, *gw_report.flags()]
+        if gw_report.exhausted:
+            budget_cause = gw_report.describe()
+            if result.ending in ("finished", "crashed") and result.exit_code is not None:
+                # the model stopped answering: whatever the harness did then is not a harness failure
+                result.ending = "budget"
+                budget_cause += f" (harness exit code {result.exit_code})"
 
     rollout.flag_details = list(during)
     rollout.flags = list(dict.fromkeys(f.label for f in during if f.severity == "blocking"))
@@ -122,7 +156,7 @@ async def _run_with_layers(ctx: RolloutContext, task: Task, token: str, rollout:
             lambda: grade(task, rollout.diff, ctx.backend, ctx.grade_timeout_s, extra_flags=during,
                           flagged_policy=ctx.flagged_policy, reward_mode=ctx.reward_mode,
                           retries=ctx.grade_retries))
-    except (GradingError, SandboxError) as exc:
+    except SandboxError as exc:
         report = GraderReport(resolved=False, reward=0.0, status="env_failure", cause=f"grader: {exc}",
                               flag_details=during, flags=[f.label for f in during])
     rollout.grader = report
@@ -134,5 +168,17 @@ async def _run_with_layers(ctx: RolloutContext, task: Task, token: str, rollout:
         return
     rollout.reward = report.reward
     rollout.status = "timeout" if result.ending == "timeout" else "ok"
+    causes = []
     if result.ending == "timeout":
-        rollout.cause = f"harness ran past {ctx.budget.wall_clock_s:.0f}s"
+        causes.append(f"harness ran past {ctx.budget.wall_clock_s:.0f}s")
+    if budget_cause:
+        causes.append(budget_cause)
+    if causes:
+        rollout.cause = "; ".join(causes)
+
+
+def _session_report(ctx: RolloutContext, token: str) -> SessionReport | None:
+    try:
+        return ctx.gateway.session_report(token)
+    except Exception:  # noqa: BLE001 - evidence, not a precondition (e.g. a gateway stand-in without reports)
+        return None

@@ -55,7 +55,8 @@ async def train(cfg: RunConfig, on_step=None) -> list[dict[str, Any]]:
     tasks = select_tasks(load_suite(cfg.suite), cfg.task_ids)
     rng = random.Random(cfg.seed)
     budget = Budget(cfg.rollout.max_turns, cfg.rollout.max_tokens_per_turn, cfg.rollout.wall_clock_s,
-                    cfg.rollout.temperature)
+                    cfg.rollout.temperature, max_total_tokens=cfg.rollout.max_total_tokens,
+                    max_concurrent_requests=cfg.rollout.max_concurrent_requests, turn_slack=cfg.rollout.turn_slack)
     # Unix socket paths are limited to ~108 bytes: keep the socket in a short private dir.
     sock_dir = Path(tempfile.mkdtemp(prefix="legorl-gw-"))
     history: list[dict[str, Any]] = []

@@ -1,8 +1,10 @@
 """Turns -> training Samples.
 
 Turns are grouped by (session, thread, segment_index) and ordered by turn_index; failed turns are
-dropped. A segment's turns form one :class:`Sample`: ``token_ids`` = the last turn's prompt +
-output. Turn k's output tokens sit at ``[len(prompt_k), len(prompt_k) + len(output_k))`` and,
+dropped — engine failures, client disconnects, bad bodies and the calls the gateway refused because
+the session's budget was spent (``finish_reason="refused"``, dropped even if not marked failed), so
+nothing past the budget becomes a Sample. A segment's turns form one :class:`Sample`:
+``token_ids`` = the last turn's prompt + output. Turn k's output tokens sit at ``[len(prompt_k), len(prompt_k) + len(output_k))`` and,
 because every later turn of the segment *extends* (its prompt starts with the previous turn's
 prompt + output, verbatim), they sit at the same positions in the final sequence. ``loss_mask``
 is 1 exactly there and ``rollout_logprobs`` carries the sampled logprobs there (0 elsewhere).
@@ -18,18 +20,14 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Iterable
 
-from legorl.errors import LegoRLError
+from legorl.errors import AlignmentBuildError  # noqa: F401 - defined in the error tree, re-exported
 from legorl.trajectory.records import Sample, Turn
-
-
-class AlignmentBuildError(LegoRLError):
-    """Recorded turns contradict their alignment events."""
 
 
 def build_samples(turns: Iterable[Turn], rollout_id: str) -> list[Sample]:
     groups: dict[tuple[str, str, int], list[Turn]] = defaultdict(list)
     for t in turns:
-        if t.failed:
+        if t.failed or t.finish_reason == "refused":
             continue
         groups[(t.session_id, t.thread_id, t.alignment.segment_index)].append(t)
 

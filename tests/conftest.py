@@ -1,0 +1,44 @@
+"""What a test needs is said by its markers (registered in pyproject.toml), checked here once.
+
+``sandbox`` needs bubblewrap and strace, ``podman`` needs podman, ``npm`` needs npm, ``root`` needs
+uid 0; ``slow`` needs nothing (it only lets ``make test-fast`` leave the test out). A test whose
+requirement is missing is skipped with the reason — except under CI (``CI`` set), where the
+project's own setup installs everything, so a missing tool is an error: a skip there would turn a
+broken install step into a green run.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+_REQUIREMENTS: dict[str, tuple[tuple[str, ...], str]] = {
+    "sandbox": (("bwrap", "strace"), "apt-get install -y bubblewrap strace"),
+    "podman": (("podman",), "apt-get install -y podman runc uidmap"),
+    "npm": (("npm", "node"), "apt-get install -y nodejs npm"),
+}
+
+
+def missing_requirements(item: pytest.Item) -> list[str]:
+    """Why ``item`` cannot run here (empty: it can)."""
+    why = []
+    for marker, (tools, hint) in _REQUIREMENTS.items():
+        if item.get_closest_marker(marker) is None:
+            continue
+        absent = [t for t in tools if shutil.which(t) is None]
+        if absent:
+            why.append(f"{', '.join(absent)} not installed ({hint})")
+    if item.get_closest_marker("root") is not None and os.geteuid() != 0:
+        why.append("needs root")
+    return why
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    why = missing_requirements(item)
+    if not why:
+        return
+    if os.environ.get("CI"):
+        pytest.fail(f"CI must provide what this test needs: {'; '.join(why)}", pytrace=False)
+    pytest.skip("; ".join(why))
