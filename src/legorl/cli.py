@@ -229,15 +229,16 @@ def bench_sandbox(
     n: int = typer.Option(50, help="Sequential create+exec+destroy cycles."),
     concurrency: int = typer.Option(16, help="Concurrent sandboxes for the throughput figure."),
     podman: bool = typer.Option(True, "--podman/--no-podman", help="Also measure podman when available."),
+    as_json: bool = typer.Option(True, "--json/--no-json", help="Print JSON (--no-json: one summary line each)."),
 ) -> None:
     """Sandbox latency on a cache hit, cold instance-layer build time, concurrent throughput."""
-    from legorl.bench.sandbox import run_sandbox_bench
+    from legorl.bench.sandbox import run_sandbox_bench, summary_lines
 
     try:
         result = run_sandbox_bench(backend, n=n, concurrency=concurrency, include_podman=podman)
     except LegoRLError as exc:
         _fail(exc)
-    print(json.dumps(result, indent=2))
+    print(json.dumps(result, indent=2) if as_json else "\n".join(summary_lines(result)))
 
 
 @app.command("grade")
@@ -250,7 +251,10 @@ def grade_predictions(
     reward_mode: str = typer.Option("binary", "--reward-mode", help="binary | partial"),
     flagged_policy: str = typer.Option("zero", "--flagged-policy", help="zero | drop"),
 ) -> None:
-    """Grade SWE-bench-format predictions against a task suite; prints a summary, writes a report."""
+    """Grade SWE-bench-format predictions against a task suite; prints a summary, writes a report.
+
+    Several models' predictions for one instance are each graded (reported per instance and model);
+    the same instance and model twice is refused."""
     from legorl.grading.predictions import grade_predictions as _grade, load_predictions
 
     try:
@@ -260,14 +264,19 @@ def grade_predictions(
     except LegoRLError as exc:
         _fail(exc)
     table = Table(title=f"graded {len(report['instances'])} predictions")
-    for col in ("instance", "status", "resolved", "reward", "blocking flags", "info flags"):
+    for col in ("instance", "model", "status", "resolved", "reward", "blocking flags", "info flags"):
         table.add_column(col)
-    for iid, r in report["instances"].items():
-        table.add_row(iid, r["status"] + (f" ({r['cause'][:40]})" if r.get("cause") else ""),
+    for r in report["instances"].values():
+        table.add_row(r["instance_id"], r.get("model_name_or_path") or "",
+                      r["status"] + (f" ({r['cause'][:40]})" if r.get("cause") else ""),
                       "yes" if r["resolved"] else "no", f"{r['reward']:.2f}",
                       ", ".join(r["blocking_flags"])[:60], str(len(r["flags"]) - len(r["blocking_flags"])))
     console.print(table)
     s = report["summary"]
+    models = s.get("by_model", {})
+    for name, m in (models.items() if len(models) > 1 else ()):
+        console.print(f"{name or '(no model)'}: resolved {m['resolved']}/{m['total']}  reward mean "
+                      f"{m['reward_mean']:.3f}  flagged {m['flagged']}  env_failure {m['env_failure']}")
     console.print(f"resolved {s['resolved']}/{s['total']}  reward mean {s['reward_mean']:.3f}  "
                   f"flagged {s['flagged']}  env_failure {s['env_failure']}")
     if out is not None:

@@ -163,8 +163,9 @@ class LiveServer:
         self.thread.join(10)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def smol_tok():
+    # one load per run (reading the GGUF takes 10-30 s); nothing mutates the tokenizer
     return load_smollm2_gguf_tokenizer()
 
 

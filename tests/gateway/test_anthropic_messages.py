@@ -137,12 +137,13 @@ def test_real_text_stream_and_not(real_gw):
     token = gw.open_session("a-real-text")
     c = sdk(live, token)
     msgs = [{"role": "user", "content": "Name a color."}]
-    m = c.messages.create(model="m", max_tokens=12, system="You are terse.", messages=msgs)
+    # fixed seeds: the same sampled texts on every run (the gateway takes ``seed`` as an extra field)
+    m = c.messages.create(model="m", max_tokens=12, system="You are terse.", messages=msgs, extra_body={"seed": 1})
     t0 = gw.session_turns(token)[0]
     assert m.usage.input_tokens + m.usage.cache_read_input_tokens == len(t0.prompt_token_ids)
     assert m.usage.output_tokens == len(t0.output_token_ids)
     msgs += [{"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in m.content]}, {"role": "user", "content": "Another."}]
-    with c.messages.stream(model="m", max_tokens=12, system="You are terse.", messages=msgs) as s:
+    with c.messages.stream(model="m", max_tokens=12, system="You are terse.", messages=msgs, extra_body={"seed": 2}) as s:
         texts = list(s.text_stream)
         m2 = s.get_final_message()
     t1 = gw.session_turns(token)[1]

@@ -108,10 +108,11 @@ def test_real_text_stream_and_not(real_gw):
     gw, eng, live = real_gw
     token = gw.open_session("r-real-text")
     c = sdk(live, token)
-    r = c.responses.create(model="m", instructions="You are terse.", input="Name a color.", max_output_tokens=12)
+    # fixed seeds: the same sampled texts on every run (the gateway takes ``seed`` as an extra field)
+    r = c.responses.create(model="m", instructions="You are terse.", input="Name a color.", max_output_tokens=12, extra_body={"seed": 1})
     t0 = gw.session_turns(token)[0]
     assert (r.usage.input_tokens, r.usage.output_tokens) == (len(t0.prompt_token_ids), len(t0.output_token_ids))
-    with c.responses.stream(model="m", instructions="You are terse.", max_output_tokens=12, input=[
+    with c.responses.stream(model="m", instructions="You are terse.", max_output_tokens=12, extra_body={"seed": 2}, input=[
         {"role": "user", "content": "Name a color."}, {"role": "assistant", "content": r.output_text}, {"role": "user", "content": "Another."}]) as s:
         deltas, r2 = final_of(s)
     t1 = gw.session_turns(token)[1]

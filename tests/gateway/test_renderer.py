@@ -17,6 +17,7 @@ from legorl.gateway.renderer import (
     normalize_messages,
     normalize_tools,
     parse_tool_calls,
+    returned_unchanged,
 )
 
 TOOLS = normalize_tools(
@@ -157,3 +158,38 @@ def test_message_normalisation_and_key():
         normalize_message({"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]})
     with pytest.raises(InvalidRequestError):
         normalize_message({"role": "wizard", "content": "x"})
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["NaN", "-Infinity", "1e999", '"\\ud800"', "[" * 65 + "]" * 65, "[" * 1100 + "]" * 1100],
+    ids=["nan", "-inf", "overflow", "lone-surrogate", "depth-65", "depth-1100"],
+)
+def test_tool_call_json_a_client_cannot_take_back_stays_text(value):
+    # Starlette's JSON response refuses NaN/inf, a lone surrogate cannot be encoded as UTF-8, the
+    # Anthropic SDK's parser gives up past ~200 levels: none of them may reach the wire as a call
+    block = '<tool_call>\n{"name": "bash", "arguments": {"v": ' + value + '}}\n</tool_call>'
+    for text in (block, block.replace('{"v": ' + value + "}", json.dumps(json.dumps({"v": 0})).replace("0", value))):
+        content, calls, unparsed = parse_tool_calls("ok " + text)
+        assert calls == [] and unparsed == 1 and content == ("ok " + text).strip()
+    _, calls, _ = parse_tool_calls('<tool_call>{"name": "bash", "arguments": {"v": ' + "[" * 62 + "]" * 62 + "}}</tool_call>")
+    assert len(calls) == 1  # 64 levels (the block's object, the arguments, 62 lists) are fine
+
+
+def test_returned_unchanged_tells_echo_from_respelling():
+    returned = {"role": "assistant", "content": "Let me look.", "tool_calls": [{"id": "c", "name": "bash", "arguments": {"cmd": "ls", "n": 1.0}}]}
+
+    def chat(arguments, content="Let me look."):
+        return normalize_message({"role": "assistant", "content": content, "tool_calls": [
+            {"id": "other", "type": "function", "function": {"name": "bash", "arguments": arguments}}]})
+
+    assert returned_unchanged(returned, chat('{"cmd": "ls", "n": 1.0}'))  # the string as returned
+    assert chat('{"cmd": "ls", "n": 1.0}')["tool_calls"][0]["raw_arguments"] == '{"cmd": "ls", "n": 1.0}'
+    assert not returned_unchanged(returned, chat('{"cmd":"ls","n":1.0}'))  # compacted
+    assert not returned_unchanged(returned, chat('{"n": 1.0, "cmd": "ls"}'))  # keys reordered
+    assert not returned_unchanged(returned, chat('{"cmd": "ls", "n": 1.0}', content="Let me look. "))
+    # parsed arguments (Anthropic tool_use.input): same value, same key order, same number spelling
+    anth = {"role": "assistant", "content": "Let me look.", "tool_calls": [{"id": "t", "name": "bash", "arguments": {"cmd": "ls", "n": 1.0}}]}
+    assert returned_unchanged(returned, anth)
+    assert not returned_unchanged(returned, {**anth, "tool_calls": [{"id": "t", "name": "bash", "arguments": {"cmd": "ls", "n": 1}}]})
+    assert not returned_unchanged(returned, {**anth, "tool_calls": []})

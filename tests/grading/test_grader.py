@@ -1,4 +1,5 @@
-"""Grader: gold → 1, empty → 0, test tampering dropped and flagged, infra trouble → env_failure."""
+"""Grader: gold → 1, empty → 0, test tampering dropped and flagged, infra trouble → env_failure
+(typed causes; grader bugs raising out of grade() are in test_grader_errors.py)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from legorl.errors import SandboxError
+from legorl.errors import EnvFailureCause, SandboxError
 from legorl.grading.grader import filter_diff, nodeid_key, parse_junit, split_diff
-from legorl.sandbox.base import SandboxSpec
+from legorl.sandbox.base import WORKSPACE, SandboxSpec
 from legorl.tasks.loader import get_task, load_suite
 
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed")
@@ -73,7 +74,7 @@ def test_task_without_source_is_env_failure():
 
     task = TASKS[0].model_copy(update={"source_dir": None})
     report = grade(task, task.patch, backend=None)  # type: ignore[arg-type]
-    assert report.status == "env_failure" and report.cause.startswith("no_source")
+    assert report.status == "env_failure" and report.cause_kind is EnvFailureCause.NO_SOURCE
 
 
 def test_sandbox_creation_failure_is_env_failure():
@@ -87,7 +88,7 @@ def test_sandbox_creation_failure_is_env_failure():
 
     report = grade(TASKS[0], TASKS[0].patch, Broken())
     assert (report.status, report.resolved, report.reward) == ("env_failure", False, 0.0)
-    assert "disk full" in report.cause
+    assert report.cause_kind is EnvFailureCause.SANDBOX_CREATE and "disk full" in report.cause
 
 
 # -- in a real sandbox ------------------------------------------------------------------------------
@@ -187,26 +188,37 @@ def test_hang_caused_by_the_diff_is_the_agents_failure(backend):
     assert "tests_timed_out" in report.flags and "re-running the pristine" in report.log_tail
 
 
-def _hanging_python(tmp_dir: Path) -> str:
-    script = tmp_dir / "hang-python"
-    script.write_text("#!/bin/sh\nexec sleep 600\n")
-    script.chmod(0o755)
-    return str(script)
+HANG_PYTHON = ".hang-python"  # a "python" that hangs, written into each grading sandbox's workspace
+
+
+class HangingPythonBackend:
+    """Every sandbox it creates holds an executable /workspace/.hang-python that sleeps (the sandbox
+    sees no host temp directory, so the fault is planted inside it)."""
+
+    name = "hanging-python"
+
+    def __init__(self, backend):  # noqa: ANN001
+        self.backend = backend
+
+    def create(self, spec):  # noqa: ANN001, ANN201
+        sb = self.backend.create(spec)
+        sb.write_file(HANG_PYTHON, "#!/bin/sh\nexec sleep 600\n")
+        assert sb.exec(["chmod", "+x", HANG_PYTHON], timeout=30).exit_code == 0
+        return sb
 
 
 @pytest.mark.sandbox
 @needs_bwrap
 def test_hanging_runner_is_env_failure(backend):
     """Fault injection: the test runner itself hangs (also on the pristine repository) → env_failure."""
-    import tempfile
-
     from legorl.grading.grader import grade
 
     task = get_task("legorl__trivial-003")
-    with tempfile.TemporaryDirectory(dir="/var/tmp") as d:  # /var/tmp is visible inside the sandbox
-        report = grade(task, task.patch, backend, timeout=2, python=_hanging_python(Path(d)), retries=1)
-    assert report.status == "env_failure" and report.cause.startswith("runner_timeout"), report
+    report = grade(task, task.patch, HangingPythonBackend(backend), timeout=2, python=f"{WORKSPACE}/{HANG_PYTHON}",
+                   retries=1)
+    assert report.status == "env_failure" and report.cause_kind is EnvFailureCause.RUNNER_TIMEOUT, report
     assert report.attempts == 2 and report.reward == 0.0 and not report.resolved
+    assert "pristine re-run" in report.log_tail and "environment failure confirmed" in report.log_tail
 
 
 @pytest.mark.sandbox
@@ -217,6 +229,7 @@ def test_sandbox_killed_during_grading_is_env_failure(backend):
     import signal
     import threading
     import time
+    import uuid
 
     from legorl.grading.grader import grade
 
@@ -230,19 +243,28 @@ def test_sandbox_killed_during_grading_is_env_failure(backend):
             def exec_(cmd, *a, **kw):
                 if "LEGORL_RUNNER" not in (kw.get("env") or {}):
                     return real_exec(cmd, *a, **kw)
-                marker = str(sb.workdir)
+                # bwrap's options travel by memfd; its command line is the command: mark ours (a no-op)
+                # so that only this runner is killed, not some other test's on the same host
+                marker = f"legorl-kill-{uuid.uuid4().hex}"
+                cmd = f": {marker}; {cmd}"
 
                 def killer():
-                    time.sleep(0.05)
-                    for pid in os.listdir("/proc"):
-                        if not pid.isdigit():
-                            continue
-                        try:
-                            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-                        except OSError:
-                            continue
-                        if cmdline and cmdline[0].endswith(b"bwrap") and marker.encode() in b" ".join(cmdline):
-                            os.kill(int(pid), signal.SIGKILL)
+                    deadline = time.monotonic() + 10
+                    while time.monotonic() < deadline:
+                        time.sleep(0.05)
+                        killed = False
+                        for pid in os.listdir("/proc"):
+                            if not pid.isdigit():
+                                continue
+                            try:
+                                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+                            except OSError:
+                                continue
+                            if cmdline and cmdline[0].endswith(b"bwrap") and marker.encode() in b" ".join(cmdline):
+                                os.kill(int(pid), signal.SIGKILL)
+                                killed = True
+                        if killed:
+                            return
 
                 threading.Thread(target=killer, daemon=True).start()
                 return real_exec(cmd, *a, **kw)
@@ -252,7 +274,7 @@ def test_sandbox_killed_during_grading_is_env_failure(backend):
 
     task = get_task("legorl__trivial-001")
     report = grade(task, task.patch, KillingBackend(), retries=1)
-    assert report.status == "env_failure" and report.cause.startswith("sandbox_crash"), report
+    assert report.status == "env_failure" and report.cause_kind is EnvFailureCause.SANDBOX_CRASH, report
     assert "killed from outside" in report.cause and report.attempts == 2
 
 
@@ -265,7 +287,7 @@ def test_image_that_fails_to_build_is_env_failure(backend):
     task = get_task("legorl__trivial-001")
     spec = SandboxSpec(source_dir=task.source_dir, setup_commands=("echo broken >&2; exit 3",))
     report = grade(task, task.patch, backend, sandbox_spec=spec, retries=1)
-    assert report.status == "env_failure" and report.cause.startswith("image_build"), report
+    assert report.status == "env_failure" and report.cause_kind is EnvFailureCause.IMAGE_BUILD, report
     assert report.attempts == 2 and report.reward == 0.0
 
 
@@ -276,7 +298,7 @@ def test_runner_crash_without_report_is_env_failure(backend):
 
     task = get_task("legorl__trivial-001")
     report = grade(task, task.patch, backend, python="/nonexistent/python")
-    assert report.status == "env_failure" and report.cause.startswith("runner_crashed")
+    assert report.status == "env_failure" and report.cause_kind is EnvFailureCause.RUNNER_CRASHED
 
 
 @pytest.mark.sandbox

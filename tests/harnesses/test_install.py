@@ -7,7 +7,7 @@ import pytest
 
 import legorl.harnesses.install as install_mod
 from legorl.harnesses.base import HarnessInstall
-from legorl.harnesses.install import BUILD_COUNTER, harness_layer, harness_layer_key
+from legorl.harnesses.install import BUILD_COUNTER, harness_layer, harness_layer_key, harness_mounts
 from legorl.sandbox.base import SandboxSpec
 from legorl.sandbox.bwrap import BwrapBackend
 from legorl.sandbox.images import ImageCache
@@ -27,12 +27,13 @@ def home(tmp_path, monkeypatch):
     return tmp_path
 
 
-def _sandbox(tmp_path, layer, mount="/opt/legorl-harness"):
+def _sandbox(tmp_path, layer, install):
     repo = tmp_path / "repo"
     repo.mkdir(exist_ok=True)
     (repo / "a.txt").write_text("x\n")
     backend = BwrapBackend(root=tmp_path / "sb", cache=ImageCache(tmp_path / "sbcache"))
-    return backend.create(SandboxSpec(source_dir=repo, extra_layers=((str(layer.path), mount),)))
+    # the layer plus what it needs (a venv's interpreter prefix), as the rollout runner mounts it
+    return backend.create(SandboxSpec(source_dir=repo, extra_layers=harness_mounts(install, layer)))
 
 
 def test_npm_layer_built_once_and_mounted_read_only(home, monkeypatch):
@@ -50,13 +51,13 @@ def test_npm_layer_built_once_and_mounted_read_only(home, monkeypatch):
     assert again.path == layer.path and BUILD_COUNTER["npm"] == before + 1 and cache.stats.hits == 1
     # another pin is another layer key
     assert harness_layer_key(HarnessInstall(kind="npm", packages=("is-number@6.0.0",))) != layer.key
-    sb = _sandbox(home, layer)
+    sb = _sandbox(home, layer, inst)
     try:
         res = sb.exec("node -e \"console.log(require('/opt/legorl-harness/node_modules/is-number')(5))\"; "
                       "touch /opt/legorl-harness/x 2>&1; ls /opt")
         assert res.stdout.splitlines()[0] == "true", res.stdout + res.stderr
         assert "Read-only file system" in res.stdout
-        assert "pypi" in res.stdout.split()  # the host's other /opt entries are still there
+        assert "pypi" not in res.stdout.split()  # the host's other /opt entries are not in the view
     finally:
         sb.destroy()
 
@@ -74,7 +75,7 @@ def test_pip_venv_layer_is_relocated_to_its_mount(home, monkeypatch):
     assert layer.meta["shebangs_rewritten"] >= 1  # pip's own scripts at least
     monkeypatch.setattr(install_mod, "run_step", _no_package_manager)
     assert harness_layer(inst, cache).path == layer.path and BUILD_COUNTER["pip"] == before + 1
-    sb = _sandbox(home, layer)
+    sb = _sandbox(home, layer, inst)
     try:
         res = sb.exec("/opt/legorl-harness/venv/bin/python -c 'import six, sys; print(six.__version__, sys.version_info[:2])'"
                       " && /opt/legorl-harness/venv/bin/pip --version")

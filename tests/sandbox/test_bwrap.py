@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from legorl.errors import SandboxError
-from legorl.sandbox.base import Sandbox, SandboxBackend, SandboxSpec
+from legorl.sandbox.base import SANDBOX_HOME, Sandbox, SandboxBackend, SandboxSpec
 from legorl.sandbox.bwrap import BwrapBackend, legorl_home
 
 pytestmark = pytest.mark.sandbox
@@ -37,7 +37,7 @@ def source(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def backend():
-    # A root outside /tmp so the isolation test exercises the tmpfs mask over the sandboxes root.
+    # A root outside /tmp (not a fresh tmpfs inside): the isolation test checks it is not in the view.
     root = legorl_home() / "test-sandboxes" / uuid.uuid4().hex[:8]
     yield BwrapBackend(root=root)
     shutil.rmtree(root, ignore_errors=True)
@@ -82,7 +82,7 @@ def test_env_and_cwd(backend, source, monkeypatch):
     try:
         res = sb.exec("env", env={"FROM_CALL": "c"})
         env = dict(line.split("=", 1) for line in res.stdout.splitlines() if "=" in line)
-        assert env["HOME"] == "/tmp" and env["FROM_SPEC"] == "s" and env["FROM_CALL"] == "c"
+        assert env["HOME"] == SANDBOX_HOME and env["FROM_SPEC"] == "s" and env["FROM_CALL"] == "c"
         assert "PATH" in env and "LEGORL_SECRET_TEST" not in env
         assert sb.exec("pwd").stdout.strip() == "/workspace"
         assert sb.exec("pwd", cwd="/workspace/pkg").stdout.strip() == "/workspace/pkg"

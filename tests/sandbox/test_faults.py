@@ -33,7 +33,9 @@ def source(tmp_path: Path) -> Path:
     return src
 
 
-def _bwrap_pids(workdir: Path) -> list[int]:
+def _bwrap_pids(marker: str) -> list[int]:
+    """The bwrap processes whose command carries ``marker`` (the view and the workdir are not on
+    bwrap's command line: they travel by memfd)."""
     pids = []
     for d in Path("/proc").iterdir():
         if not d.name.isdigit():
@@ -42,7 +44,7 @@ def _bwrap_pids(workdir: Path) -> list[int]:
             argv = (d / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if argv and argv[0].endswith(b"bwrap") and str(workdir).encode() in argv:
+        if argv and argv[0].endswith(b"bwrap") and marker.encode() in argv:
             pids.append(int(d.name))
     return pids
 
@@ -73,7 +75,7 @@ def test_sandbox_killed_mid_exec_is_reported_and_others_unaffected(backend, sour
         t2 = threading.Thread(target=bystander_exec)
         t1.start()
         t2.start()
-        pids = _wait_for(lambda: _bwrap_pids(victim.workdir))
+        pids = _wait_for(lambda: _bwrap_pids("echo started; sleep 30; echo never"))
         time.sleep(0.2)
         for pid in pids:
             os.kill(pid, signal.SIGKILL)
@@ -98,7 +100,7 @@ def test_exec_timeout_kills_the_tree(backend, source):
         res = sb.exec("(sleep 60 &) ; sleep 60", timeout=1)
         assert res.timed_out and "timeout after 1.0s" in res.cause
         assert time.monotonic() - t0 < 15
-        _wait_for(lambda: not _bwrap_pids(sb.workdir))
+        _wait_for(lambda: not _bwrap_pids("(sleep 60 &) ; sleep 60"))
         assert sb.exec("echo alive").stdout == "alive\n"
     finally:
         sb.destroy()
@@ -133,9 +135,10 @@ def test_vanished_workspace_is_a_typed_error(backend, source):
 def test_destroy_during_exec_does_not_hang(backend, source):
     sb = backend.create(SandboxSpec(source_dir=source))
     out = {}
-    t = threading.Thread(target=lambda: out.setdefault("r", sb.exec("sleep 30", timeout=60)))
+    marker = f"sleep 30 # {sb.name}"
+    t = threading.Thread(target=lambda: out.setdefault("r", sb.exec(marker, timeout=60)))
     t.start()
-    _wait_for(lambda: _bwrap_pids(sb.workdir))
+    _wait_for(lambda: _bwrap_pids(marker))
     sb.destroy()  # kills the cgroup's processes when there is one
     t.join(45)
     assert not t.is_alive() and "r" in out

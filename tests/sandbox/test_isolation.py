@@ -51,7 +51,7 @@ class _UnixServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
 
 @pytest.fixture
 def home_backend(tmp_path: Path):
-    # Sandboxes and cache under $LEGORL_HOME (outside /tmp) so the masks are exercised for real.
+    # Sandboxes and cache under $LEGORL_HOME (outside /tmp): not part of any sandbox's view.
     root = legorl_home() / "test-isolation" / uuid.uuid4().hex[:8]
     cache = ImageCache(root / "images")
     yield BwrapBackend(root=root / "sandboxes", cache=cache)

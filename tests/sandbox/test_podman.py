@@ -87,6 +87,9 @@ def test_no_network_but_gateway_forwarder(backend, source, tmp_path):
     sock = tmp_path / "gw.sock"
     server = _UnixServer(str(sock), _Echo)
     threading.Thread(target=server.serve_forever, daemon=True).start()
+    with pytest.raises(SandboxError, match="not writable by the sandbox user"):
+        backend.create(SandboxSpec(source_dir=source, gateway_socket=sock, gateway_port=8123))
+    sock.chmod(0o666)  # as the gateway does: commands run as uid 1000
     sb = backend.create(SandboxSpec(source_dir=source, gateway_socket=sock, gateway_port=8123))
     try:
         probe = (

@@ -188,18 +188,28 @@ def test_realign_reordered_keys(r):
     assert r.decode(t2.prompt_token_ids[t2.reused_prefix_len :]).startswith("\n<|im_start|>user\n<tool_response>\nok 0")
 
 
-def test_compact_sampled_spaced_returned_realigns_and_echo_extends(r):
-    # the model sampled compact JSON; the harness sends the gateway's spaced spelling back
+def test_echo_of_returned_spelling_extends_respelling_realigns(r):
+    # the model sampled compact JSON; the harness sends the gateway's spaced spelling back as it
+    # received it: an echo of the returned message -> extend (held tokens kept, nothing re-encoded)
     sim, msgs, t1, out, rep = _first_turn(r, '<tool_call>\n{"name":"bash","arguments":{"cmd":"ls"}}\n</tool_call>')
-    t2, rep2 = sim.call(msgs + [rep, *_tool_results(rep)], enc(r, tc_text("bash", '{"cmd": "pwd"}')) + [IM_END], TOOLS)
-    assert t2.alignment.kind == "realign" and "spelling" in t2.alignment.reason
-    # the model sampled spaced JSON, OpenCode compacts it: same rendering as sampled -> extend
+    assert rep["tool_calls"][0]["function"]["arguments"] == '{"cmd": "ls"}'
+    hist = msgs + [rep, *_tool_results(rep)]
+    t2, rep2 = sim.call(hist, enc(r, tc_text("bash", '{"cmd": "pwd"}')) + [IM_END], TOOLS)
+    assert t2.alignment.kind == "extend" and t2.alignment.realigned_messages == []
+    assert t2.prompt_token_ids[: t2.reused_prefix_len] == t1.prompt_token_ids + out
+    # the model sampled spaced JSON, OpenCode compacts it: not what was returned, but it renders
+    # as the model emitted it -> extend
     rep2["tool_calls"][0]["function"]["arguments"] = '{"cmd":"pwd"}'
-    msgs3 = msgs + [rep, *_tool_results(rep), rep2, *_tool_results(rep2)]
-    t3, _ = sim.call(msgs3, enc(r, "fine") + [IM_END], TOOLS)
-    assert t3.alignment.kind == "realign"  # message 2 (the first, compact turn) is still re-spelled
-    assert t3.alignment.realigned_messages == [2]
-    assert t3.prompt_token_ids[: t3.reused_prefix_len] == t2.prompt_token_ids + t2.output_token_ids
+    hist = hist + [rep2, *_tool_results(rep2)]
+    t3, rep3 = sim.call(hist, enc(r, "fine") + [IM_END], TOOLS)
+    assert t3.alignment.kind == "extend"
+    # now it compacts the first (compact-sampled) turn's returned string as well: neither what was
+    # returned (raw string differs) nor what was sampled (the wrapper was compact too) -> realign
+    rep["tool_calls"][0]["function"]["arguments"] = '{"cmd":"ls"}'
+    t4, _ = sim.call(hist + [rep3, {"role": "user", "content": "go on"}], enc(r, "k") + [IM_END], TOOLS)
+    assert t4.alignment.kind == "realign" and t4.alignment.realigned_messages == [2]
+    assert "spelling" in t4.alignment.reason
+    assert t4.prompt_token_ids[: t4.reused_prefix_len] == t3.prompt_token_ids + t3.output_token_ids
 
 
 def test_claude_style_parsed_input_and_text_whitespace(r):
@@ -209,13 +219,26 @@ def test_claude_style_parsed_input_and_text_whitespace(r):
     claude = {"role": "assistant", "content": "Let me look.",
               "tool_calls": [{"id": "toolu_1", "name": "edit", "arguments": {"text": "y", "path": "a.py"}}]}
     t2, _ = sim.call(msgs + [claude, {"role": "tool", "tool_call_id": "toolu_1", "content": "done"}], enc(r, "ok") + [IM_END], TOOLS)
-    assert t2.alignment.kind == "realign"
+    assert t2.alignment.kind == "realign" and "key order" in t2.alignment.reason
     assert t2.prompt_token_ids[: t2.reused_prefix_len] == t1.prompt_token_ids + out
-    # the same with the layout only (dict in the sampled key order): still a realign (text layout differs)
-    sim2, msgs2, t1b, out2, _ = _first_turn(r, sampled)
+    # the blocks exactly as the Anthropic dialect returned them (text stripped, input in the
+    # returned key order): an echo -> extend, although the sampled text had "\n\n" and a layout
+    sim2, msgs2, t1b, out2, rep2 = _first_turn(r, sampled)
     claude["tool_calls"][0]["arguments"] = {"path": "a.py", "text": "y"}
     t2b, _ = sim2.call(msgs2 + [claude, {"role": "tool", "tool_call_id": "toolu_1", "content": "done"}], enc(r, "ok") + [IM_END], TOOLS)
-    assert t2b.alignment.kind == "realign" and "layout" in t2b.alignment.reason
+    assert t2b.alignment.kind == "extend"
+    assert t2b.prompt_token_ids[: t2b.reused_prefix_len] == t1b.prompt_token_ids + out2
+    # an OpenAI harness that re-indents the arguments string (same keys, same order) and one that
+    # pads the text: neither returned nor sampled -> realign, saying what differed
+    sim3, msgs3, t1c, out3, rep3 = _first_turn(r, sampled)
+    rep3["tool_calls"][0]["function"]["arguments"] = json.dumps({"path": "a.py", "text": "y"}, indent=2)
+    t2c, _ = sim3.call(msgs3 + [rep3, *_tool_results(rep3)], enc(r, "ok") + [IM_END], TOOLS)
+    assert t2c.alignment.kind == "realign" and "layout" in t2c.alignment.reason
+    sim4, msgs4, t1d, out4, rep4 = _first_turn(r, sampled)
+    rep4["content"] = " Let me  look."
+    t2d, _ = sim4.call(msgs4 + [rep4, *_tool_results(rep4)], enc(r, "ok") + [IM_END], TOOLS)
+    assert t2d.alignment.kind == "realign" and "content whitespace" in t2d.alignment.reason
+    assert t2d.prompt_token_ids[: t2d.reused_prefix_len] == t1d.prompt_token_ids + out4
 
 
 def test_realign_every_earlier_assistant_turn_and_tool_call_order(r):

@@ -134,3 +134,17 @@ def run_sandbox_bench(backend: str = "bwrap", n: int = 50, concurrency: int = 16
         return out
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def summary_lines(result: dict[str, Any]) -> list[str]:
+    """One human-readable line per backend of a :func:`run_sandbox_bench` result."""
+    lines = []
+    for name, r in result.items():
+        if "skipped" in r:
+            lines.append(f"{name}: skipped ({r['skipped']})")
+            continue
+        hit, ph = r["hit_latency_ms"], r["phase_p50_ms"]
+        lines.append(f"{name}: create+exec+destroy p50 {hit['p50']} ms, p99 {hit['p99']} ms (create {ph['create']}, "
+                     f"exec {ph['exec_true']}, destroy {ph['destroy']}); {r['throughput']['per_s']}/s at "
+                     f"concurrency {r['throughput']['concurrency']}; cold instance {r['cold_instance_build_s']} s")
+    return lines

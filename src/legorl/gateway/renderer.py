@@ -12,6 +12,9 @@ Normalised messages (plain dicts, OpenAI chat shape)::
      "tool_calls": [{"id": str, "name": str, "arguments": dict | str}],   # assistant only
      "tool_call_id": str}                                                   # tool only
 
+A request's tool call whose arguments came as a string also keeps that string as
+``"raw_arguments"`` (alignment tells an echo of the gateway's own string from a re-spelling).
+
 ``developer`` is treated as ``system``; content parts (``[{"type": "text", "text": ...}]``) are
 joined into one string; non-text parts are rejected (:class:`InvalidRequestError`).
 
@@ -50,7 +53,45 @@ Parsing model output: every ``<tool_call>...</tool_call>`` block (a final unclos
 too) whose body holds a JSON object with a string ``name`` and an object ``arguments`` (a JSON
 string holding an object is accepted, ``parameters`` is accepted for ``arguments``) becomes a
 tool call; text outside the blocks is the content. A block that does not parse stays in the
-content verbatim and is counted in :attr:`ParsedOutput.unparsed_tool_calls`.
+content verbatim and is counted in :attr:`ParsedOutput.unparsed_tool_calls`. The JSON must be
+something every client can take back: ``NaN`` / ``Infinity`` / ``1e999`` (Starlette's JSON
+response refuses them), lone surrogate escapes such as ``"\\ud800"`` (not encodable as UTF-8:
+the response could not be sent) and nesting deeper than :data:`MAX_JSON_DEPTH` levels, the
+block's own object included (the Anthropic SDK's parser gives up past ~200 levels, Python's
+json past ~1000), make the block unparsed.
+
+Round trip: sampled ids -> the wire -> the harness echoes the turn back
+-----------------------------------------------------------------------
+What a client receives does not determine the sampled ids, so the gateway never re-encodes an
+assistant turn it sampled; alignment (:mod:`legorl.trajectory.alignment`) keeps the sampled ids
+and recognises the echo by the returned message (:func:`returned_unchanged`: same content
+string, same tool calls with the arguments string as returned or the same parsed object), so a
+harness that sends back what it received always *extends*, whatever the model sampled. What is
+lost between ids and wire, by case:
+
+* whitespace at both ends of the content is stripped (``"Blue.\\n"`` is returned as ``"Blue."``);
+* tool-call blocks leave the content and come back as structured calls: the model's spelling
+  (compact or spaced JSON, key order, ``parameters``, arguments as a JSON string, newlines or
+  none around the block, a code fence) is gone; the arguments are returned as
+  ``json.dumps(arguments, ensure_ascii=False)`` (OpenAI) or as the parsed object (Anthropic);
+* special tokens sampled mid-text (``<|im_start|>``, ``<file_sep>``, ...) are dropped from the
+  text; a special-token literal spelled with ordinary tokens (``<|im_end|>`` as ``<``, ``|``,
+  ``im``, ...) stays text and would re-encode to the special id;
+* bytes that are not valid UTF-8 — a lone continuation byte, a multi-byte character cut by the
+  end of the turn (``max_tokens``) — decode to U+FFFD (special tokens are dropped before
+  decoding, so a character split around one is put back together);
+* byte-level BPE is not injective: a sampled non-canonical split (``he`` + ``llo``) re-encodes to
+  the canonical ids.
+
+Precisely (``tests/gateway/test_roundtrip.py`` checks it): re-encoding the decoded text of
+ordinary tokens reproduces the sampled *bytes* iff those bytes are valid UTF-8 and spell no
+special-token literal, and the sampled *ids* only when in addition they are the canonical
+tokenization. Exact token identity through the text is therefore impossible in general; the
+exactness that matters — the sampled ids appear unchanged in the Sample — holds for extend and
+realign because both reuse the held ids verbatim. A harness that re-serializes (compacts the
+arguments string, reorders keys, trims text) gets *realign*, still exact. A client that changes a
+value (a JavaScript client rounding an integer above 2**53) no longer sends the same turn: that
+request forks, and the earlier segment keeps its own sampled ids.
 """
 
 from __future__ import annotations
@@ -89,7 +130,7 @@ class ToolCall:
     id: str = field(default_factory=lambda: "call_" + uuid.uuid4().hex[:24])
 
     def arguments_json(self) -> str:
-        return json.dumps(self.arguments, ensure_ascii=False)
+        return arguments_json(self.arguments)
 
 
 @dataclass
@@ -178,16 +219,26 @@ def _parse_arguments(args: Any) -> dict[str, Any] | str:
     return str(args)
 
 
+def tool_call_message(call_id: Any, name: str, arguments: Any) -> dict[str, Any]:
+    """A normalised tool call of a request. ``arguments`` is parsed when it is a JSON object; the
+    string the client sent is kept as ``raw_arguments`` so that alignment can tell an echo of the
+    gateway's own arguments string from a re-serialization (same value, other spelling)."""
+    out: dict[str, Any] = {"id": str(call_id or ""), "name": name, "arguments": _parse_arguments(arguments)}
+    if isinstance(arguments, str):
+        out["raw_arguments"] = arguments
+    return out
+
+
 def normalize_tool_call(tc: Any) -> dict[str, Any]:
     """OpenAI ``{"id", "type", "function": {"name", "arguments": str}}`` or normalised
-    ``{"id", "name", "arguments"}`` -> normalised (arguments parsed when they are a JSON object)."""
+    ``{"id", "name", "arguments"}`` -> normalised (see :func:`tool_call_message`)."""
     if not isinstance(tc, dict):
         raise InvalidRequestError("tool_calls entries must be objects")
     fn = tc.get("function") if isinstance(tc.get("function"), dict) else tc
     name = fn.get("name")
     if not isinstance(name, str):
         raise InvalidRequestError("tool_calls[].function.name must be a string")
-    return {"id": str(tc.get("id") or ""), "name": name, "arguments": _parse_arguments(fn.get("arguments"))}
+    return tool_call_message(tc.get("id"), name, fn.get("arguments"))
 
 
 def normalize_message(m: Any, index: int = 0) -> Message:
@@ -225,6 +276,33 @@ def message_key(m: Message) -> tuple:
         for c in m.get("tool_calls") or ()
     )
     return (m["role"], content, calls)
+
+
+def arguments_json(arguments: dict[str, Any] | str) -> str:
+    """The arguments string the OpenAI dialects return for a parsed tool call."""
+    return arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
+
+
+def returned_unchanged(returned: Message, new: Message) -> bool:
+    """Is ``new`` (an assistant message of a request) the assistant message the gateway returned
+    (``returned``, :meth:`ParsedOutput.message`) carried back unchanged, in any dialect?
+
+    Content must be equal as strings; tool calls equal in order and name, and their arguments
+    either the very string the OpenAI dialects returned (``raw_arguments``) or, when the client
+    sends parsed arguments (Anthropic ``tool_use.input``), the same JSON value with the same key
+    order and number spelling. Tool call ids are ignored (they are not rendered)."""
+    if (new.get("content") or "") != (returned.get("content") or ""):
+        return False
+    rc, nc = returned.get("tool_calls") or [], new.get("tool_calls") or []
+    if len(rc) != len(nc):
+        return False
+    for r, n in zip(rc, nc):
+        if r["name"] != n["name"]:
+            return False
+        raw = n.get("raw_arguments")
+        if (raw if isinstance(raw, str) else arguments_json(n["arguments"])) != arguments_json(r["arguments"]):
+            return False
+    return True
 
 
 def tools_key(tools: Sequence[dict] | None) -> str:
@@ -275,20 +353,51 @@ def render_assistant_content(m: Message) -> str:
 _BLOCK = re.compile(re.escape(TOOL_CALL_OPEN) + r"(.*?)(?:" + re.escape(TOOL_CALL_CLOSE) + r"|\Z)", re.S)
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+MAX_JSON_DEPTH = 64  # tool-call arguments nested deeper are not returned as a tool call
+
+
+def _json_depth(val: Any) -> int:
+    depth, stack = 0, [(val, 1)]
+    while stack:
+        v, d = stack.pop()
+        if isinstance(v, (dict, list)):
+            depth = max(depth, d)
+            stack.extend((x, d + 1) for x in (v.values() if isinstance(v, dict) else v))
+    return depth
+
+
+def _strict_loads(s: str) -> Any:
+    """``json.loads`` that only accepts what every client can parse back: no ``NaN`` /
+    ``Infinity`` (nor ``1e999``, which overflows to infinity: Starlette's JSON response refuses
+    both), no lone surrogates (``"\\ud800"``: not encodable as UTF-8, so the response could not
+    be sent at all), nesting at most :data:`MAX_JSON_DEPTH` deep (the Anthropic SDK's JSON parser
+    gives up a little past 200 levels, Python's at about 1000 with a RecursionError)."""
+    val = json.loads(s, parse_constant=_no_constant)
+    if _json_depth(val) > MAX_JSON_DEPTH:
+        raise ValueError("nested too deep")
+    # allow_nan=False rejects 1e999 (= inf); encode rejects lone surrogates
+    json.dumps(val, ensure_ascii=False, allow_nan=False).encode("utf-8")
+    return val
+
+
 def _loads_object(body: str) -> dict | None:
     body = body.strip()
     if body.startswith("```"):  # fenced json inside the block
         body = re.sub(r"^```[a-zA-Z]*\s*|\s*```$", "", body)
     try:
-        val = json.loads(body)
-    except json.JSONDecodeError:
+        val = _strict_loads(body)
+    except (ValueError, RecursionError):  # JSONDecodeError is a ValueError
         # tolerate junk around one JSON object: take the outermost {...}
         start, end = body.find("{"), body.rfind("}")
         if start < 0 or end <= start:
             return None
         try:
-            val = json.loads(body[start : end + 1])
-        except json.JSONDecodeError:
+            val = _strict_loads(body[start : end + 1])
+        except (ValueError, RecursionError):
             return None
     return val if isinstance(val, dict) else None
 
@@ -304,8 +413,11 @@ def parse_tool_calls(text: str) -> tuple[str, list[ToolCall], int]:
         args: Any = None
         if obj is not None:
             args = obj.get("arguments", obj.get("parameters", {}))
-            if isinstance(args, str):
-                args = _parse_arguments(args)
+            if isinstance(args, str):  # a JSON string holding the object, held to the same rules
+                try:
+                    args = _strict_loads(args) if args.strip() else {}
+                except (ValueError, RecursionError):
+                    args = None
         if obj is not None and isinstance(obj.get("name"), str) and obj["name"] and isinstance(args, dict):
             kept.append(text[pos : m.start()])
             calls.append(ToolCall(name=obj["name"], arguments=args))

@@ -25,15 +25,21 @@ Stages (each timed in ``GraderReport.stage_s``):
    (the canaries fail); pytest's reporting functions and key builtins must be unchanged — otherwise a
    blocking ``forged_results`` flag.
 
-Status: a diff that does not apply is the agent's fault (``ok``, reward 0); anything that keeps the
-grader from a verdict is ``env_failure`` with a ``cause`` prefix: ``image_build``, ``sandbox_create``,
-``sandbox_crash``, ``runner_timeout``, ``runner_crashed``, ``test_patch_failed``, ``infra_error``,
-``no_source``, ``no_tests`` — never reward 0 with status ``ok``. When the run with the agent's diff hangs
-or dies without a report, the pristine repository is run too: if that one reports, the diff caused it
-(status ``ok``, reward 0, flag ``tests_timed_out``/``runner_killed``/``premature_exit``). Transient
-causes are retried ``retries`` times. Reward: binary by default, ``reward_mode="partial"`` gives the
-FAIL_TO_PASS fraction when every PASS_TO_PASS test passes; with ``flagged_policy="zero"`` any blocking
-flag (from any stage, including ``extra_flags`` from the monitor) sets the reward to 0.
+Status: a diff that does not apply is the agent's fault (``ok``, reward 0); an *environment* failure
+that keeps the grader from a verdict is ``env_failure`` with a typed
+:class:`~legorl.errors.EnvFailureCause` (``GraderReport.cause_kind``; ``cause`` reads
+``"<cause_kind>: <detail>"``): ``image_build``, ``sandbox_create``, ``sandbox_crash``,
+``runner_timeout``, ``runner_crashed``, ``test_patch_failed``, ``no_source``, ``no_tests`` — never
+reward 0 with status ``ok``. Environment failures are the :class:`~legorl.errors.SandboxError` tree
+(``ImageBuildError`` included) and what the sandbox reports about the test run (timed out, killed from
+outside, no report); any other exception — a bug in the grader or a backend — propagates out of
+:func:`grade` and is not retried. When the run with the agent's diff hangs or dies without a report,
+the pristine repository is run too: if that one reports, the diff caused it (status ``ok``, reward 0,
+flag ``tests_timed_out``/``runner_killed``/``premature_exit``). Transient causes
+(:attr:`EnvFailureCause.transient`) are retried ``retries`` times. Reward: binary by default,
+``reward_mode="partial"`` gives the FAIL_TO_PASS fraction when every PASS_TO_PASS test passes; with
+``flagged_policy="zero"`` any blocking flag (from any stage, including ``extra_flags`` from the
+monitor) sets the reward to 0.
 
 SWE-bench: resolution follows SWE-bench's rule (every FAIL_TO_PASS and PASS_TO_PASS test passes); its
 log parsers read "PASSED" lines from the log, which a patch can forge, so the junit + stream path is
@@ -53,7 +59,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
 
-from legorl.errors import LegoRLError
+from legorl.errors import EnvFailureCause, ImageBuildError, SandboxError
 from legorl.grading import defenses
 from legorl.grading.monitor import FRAMEWORK_SHADOWS, dedupe_flags, is_test_module
 from legorl.sandbox.base import WORKSPACE, Sandbox, SandboxBackend, SandboxSpec
@@ -305,7 +311,7 @@ def _tail(*parts: str) -> str:
     return text[-_LOG_TAIL:]
 
 
-RETRYABLE = ("image_build", "sandbox_create", "sandbox_crash", "runner_crashed", "runner_timeout", "infra_error")
+RETRYABLE = frozenset(c for c in EnvFailureCause if c.transient)
 REWARD_MODES = ("binary", "partial")
 
 
@@ -314,12 +320,24 @@ class _Outcome:
     """What one grading attempt concluded (before retries and the reward policy)."""
 
     status: str = "ok"
-    cause: str | None = None
+    cause: EnvFailureCause | None = None
     resolved: bool = False
     tests: dict | None = None
     runner_exit_code: int | None = None
     flags: list | None = None
     f2p_fraction: float | None = None
+    detail: str = ""  # what the environment said (env_failure only)
+
+    @property
+    def cause_text(self) -> str | None:
+        """``GraderReport.cause``: ``"<cause>: <detail>"`` (as the records have always read)."""
+        if self.cause is None:
+            return None
+        return f"{self.cause.value}: {self.detail}" if self.detail else self.cause.value
+
+
+def _env_failure(cause: EnvFailureCause, detail: str, **kw) -> _Outcome:  # noqa: ANN003
+    return _Outcome("env_failure", cause, detail=detail, **kw)
 
 
 def grade(task: Task, diff: str, backend: SandboxBackend, timeout: float = 120,
@@ -333,8 +351,10 @@ def grade(task: Task, diff: str, backend: SandboxBackend, timeout: float = 120,
     reward stands and the caller drops the rollout (``Rollout.flags`` lists the blocking flags).
     ``reward_mode``: ``"binary"`` (1.0 iff resolved) or ``"partial"`` (the fraction of FAIL_TO_PASS tests
     seen passing, but 0.0 unless every PASS_TO_PASS test passes and no forged result was detected).
-    ``retries``: an ``env_failure`` whose cause may be transient (image build, sandbox crash, runner
-    crash or timeout, infrastructure error) is retried this many times before it is reported.
+    ``retries``: an ``env_failure`` whose cause may be transient (image build, sandbox create or crash,
+    runner crash or timeout) is retried this many times before it is reported.
+    Raises whatever is not an environment failure (a bug in the grader or the backend): it is not
+    retried and never reported as ``env_failure``.
     ``sandbox_spec``: the spec to build the grading sandbox from (default: from ``task.source_dir``).
     """
     if reward_mode not in REWARD_MODES:
@@ -346,7 +366,7 @@ def grade(task: Task, diff: str, backend: SandboxBackend, timeout: float = 120,
         log: list[str] = []
         stage: dict[str, float] = {}
         out = _grade_once(task, diff or "", backend, timeout, python or getattr(backend, "python", None) or sys.executable, log, stage, sandbox_spec)
-        if out.status == "ok" or attempts > retries or not (out.cause or "").startswith(RETRYABLE):
+        if out.status == "ok" or attempts > retries or out.cause not in RETRYABLE:
             break
     flags = dedupe_flags([*extra_flags, *(out.flags or [])])
     blocking = [f for f in flags if f.severity == "blocking"]
@@ -368,17 +388,18 @@ def grade(task: Task, diff: str, backend: SandboxBackend, timeout: float = 120,
     return GraderReport(resolved=out.resolved and out.status == "ok", reward=reward, tests=out.tests or {},
                         runner_exit_code=out.runner_exit_code, log_tail=_tail(*log),
                         flags=list(dict.fromkeys(f.label for f in flags)), flag_details=flags, status=out.status,
-                        cause=out.cause, duration_s=time.monotonic() - started,
+                        cause=out.cause_text, cause_kind=out.cause, duration_s=time.monotonic() - started,
                         fail_to_pass_fraction=out.f2p_fraction, attempts=attempts, stage_s=stage)
 
 
 def _grade_once(task: Task, diff: str, backend: SandboxBackend, timeout: float, python: str, log: list[str],
                 stage: dict[str, float], sandbox_spec: SandboxSpec | None) -> _Outcome:
     if task.source_dir is None and sandbox_spec is None:
-        return _Outcome("env_failure", f"no_source: task {task.instance_id} has no local source_dir (no image backend yet)")
+        return _env_failure(EnvFailureCause.NO_SOURCE,
+                            f"task {task.instance_id} has no local source_dir (no image backend yet)")
     expected = list(dict.fromkeys([*task.FAIL_TO_PASS, *task.PASS_TO_PASS]))
     if not expected:
-        return _Outcome("env_failure", "no_tests: task lists no FAIL_TO_PASS/PASS_TO_PASS tests")
+        return _env_failure(EnvFailureCause.NO_TESTS, "task lists no FAIL_TO_PASS/PASS_TO_PASS tests")
 
     t = time.monotonic()
     protected = set(task.test_files)
@@ -392,63 +413,60 @@ def _grade_once(task: Task, diff: str, backend: SandboxBackend, timeout: float, 
 
     t = time.monotonic()
     spec = sandbox_spec or SandboxSpec(source_dir=Path(task.source_dir))
+    # Only the environment's typed errors become env_failure; anything else is a bug and propagates.
     try:
         sandbox: Sandbox = backend.create(spec)
-    except LegoRLError as exc:
-        kind = "image_build" if type(exc).__name__.startswith("Image") else "sandbox_create"
-        return _Outcome("env_failure", f"{kind}: {exc}", flags=flags)
-    except OSError as exc:
-        return _Outcome("env_failure", f"sandbox_create: {exc}", flags=flags)
-    except Exception as exc:  # noqa: BLE001 - a broken backend is infrastructure, never the agent's failure
-        return _Outcome("env_failure", f"infra_error: {type(exc).__name__}: {exc}", flags=flags)
+    except ImageBuildError as exc:
+        return _env_failure(EnvFailureCause.IMAGE_BUILD, str(exc), flags=flags)
+    except SandboxError as exc:
+        return _env_failure(EnvFailureCause.SANDBOX_CREATE, str(exc), flags=flags)
     stage["sandbox_create"] = time.monotonic() - t
     try:
         out = _grade_in(sandbox, task, filtered, flags, protected, expected, python, timeout, log, stage)
-        if out.status == "env_failure" and (out.cause or "").startswith(("runner_timeout", "runner_crashed")) \
-                and filtered.strip():
+        if out.cause in (EnvFailureCause.RUNNER_TIMEOUT, EnvFailureCause.RUNNER_CRASHED) and filtered.strip():
             out = _attribute(task, backend, spec, out, protected, expected, python, timeout, log)
         return out
-    except LegoRLError as exc:
-        return _Outcome("env_failure", f"sandbox_crash: {exc}", flags=flags)
-    except Exception as exc:  # noqa: BLE001
-        return _Outcome("env_failure", f"infra_error: {type(exc).__name__}: {exc}", flags=flags)
+    except SandboxError as exc:
+        return _env_failure(EnvFailureCause.SANDBOX_CRASH, str(exc), flags=flags)
     finally:
-        try:
-            sandbox.destroy()
-        except Exception:  # noqa: BLE001 - cleanup must not hide the verdict
-            pass
+        _destroy(sandbox, log)
+
+
+def _destroy(sandbox: Sandbox, log: list[str]) -> None:
+    """Cleanup must not hide the verdict: the environment failing to clean up is logged."""
+    try:
+        sandbox.destroy()
+    except (SandboxError, OSError) as exc:
+        log.append(f"cannot destroy sandbox {getattr(sandbox, 'name', '?')}: {exc}")
 
 
 def _attribute(task, backend, spec, out: _Outcome, protected, expected, python, timeout, log) -> _Outcome:  # noqa: ANN001
     """The run with the agent's diff hung or died without a report: re-run the *pristine* repository.
     If that run reports, the diff caused it (the agent's failure: status ok, reward 0); else it is
     the environment's (env_failure stands)."""
-    log.append(f"{out.cause}; re-running the pristine repository to attribute it")
+    log.append(f"{out.cause_text}; re-running the pristine repository to attribute it")
     try:
         sb = backend.create(spec)
-    except Exception as exc:  # noqa: BLE001
+    except SandboxError as exc:
         log.append(f"pristine re-run: cannot create a sandbox: {exc}")
         return out
     try:
         probe = _grade_in(sb, task, "", [], protected, expected, python, timeout, [], {})
-    except Exception as exc:  # noqa: BLE001
+    except SandboxError as exc:
         log.append(f"pristine re-run failed: {exc}")
         return out
     finally:
-        try:
-            sb.destroy()
-        except Exception:  # noqa: BLE001
-            pass
+        _destroy(sb, log)
     if probe.status != "ok":
-        log.append(f"pristine re-run: {probe.cause}: environment failure confirmed")
+        log.append(f"pristine re-run: {probe.cause_text}: environment failure confirmed")
         return out
-    timed_out = (out.cause or "").startswith("runner_timeout")
+    timed_out = out.cause is EnvFailureCause.RUNNER_TIMEOUT
     kind = "tests_timed_out" if timed_out else "runner_killed"
     severity = "info"
     if not timed_out and out.runner_exit_code == 0:
         kind, severity = "premature_exit", "blocking"  # exited 0 without running the tests
     log.append(f"pristine re-run reported normally: the diff caused it ({kind})")
-    flag = Flag(kind=kind, severity=severity, evidence={"source": "runner", "detail": out.cause,
+    flag = Flag(kind=kind, severity=severity, evidence={"source": "runner", "detail": out.cause_text,
                                                         "exit_code": out.runner_exit_code})
     return _Outcome("ok", None, False, {t: "missing" for t in expected}, out.runner_exit_code,
                     [*(out.flags or []), flag], 0.0)
@@ -470,7 +488,7 @@ def _apply(sandbox: Sandbox, patch: str) -> tuple[bool, str]:
 def _read_or_none(sandbox: Sandbox, path: str) -> str | None:
     try:
         return sandbox.read_file(path)
-    except (FileNotFoundError, IsADirectoryError, LegoRLError, OSError):
+    except (FileNotFoundError, IsADirectoryError, SandboxError, OSError):
         return None
 
 
@@ -523,7 +541,7 @@ def _grade_in(sandbox, task, filtered, flags, protected, expected, python, timeo
     if task.test_patch.strip():
         ok, why = _apply(sandbox, task.test_patch)
         if not ok:
-            return _Outcome("env_failure", f"test_patch_failed: {why[-500:]}", flags=flags)
+            return _env_failure(EnvFailureCause.TEST_PATCH_FAILED, why[-500:], flags=flags)
 
     # -- the hardened run --------------------------------------------------------------------------
     t = time.monotonic()
@@ -549,17 +567,18 @@ def _grade_in(sandbox, task, filtered, flags, protected, expected, python, timeo
                        stdin=nonce + "\n" + json.dumps(cfg) + "\n")
     stage["test_run"] = time.monotonic() - t
     log.append(res.stderr[-3000:])
-    if "killed from outside" in (res.cause or ""):
-        return _Outcome("env_failure", f"sandbox_crash: {res.cause}", flags=flags, runner_exit_code=res.exit_code)
+    if res.killed_from_outside:
+        return _env_failure(EnvFailureCause.SANDBOX_CRASH, res.cause or "sandbox killed from outside", flags=flags,
+                            runner_exit_code=res.exit_code)
     if res.timed_out:
-        return _Outcome("env_failure", f"runner_timeout: tests ran past {timeout:g}s", flags=flags)
+        return _env_failure(EnvFailureCause.RUNNER_TIMEOUT, f"tests ran past {timeout:g}s", flags=flags)
 
     t = time.monotonic()
     run = defenses.parse_runner_output(res.stdout, nonce, canary_ids)
     if not run.complete:
         stage["parse"] = time.monotonic() - t
-        return _Outcome("env_failure", f"runner_crashed: no report from the runner (exit {res.exit_code}"
-                        f"{'; ' + res.cause if res.cause else ''})", flags=flags, runner_exit_code=res.exit_code)
+        return _env_failure(EnvFailureCause.RUNNER_CRASHED, f"no report from the runner (exit {res.exit_code}"
+                            f"{'; ' + res.cause if res.cause else ''})", flags=flags, runner_exit_code=res.exit_code)
     tests = {nid: run.tests.get(nid, "missing") for nid in expected}
     # Cross-checks: canaries must fail, junit must agree with the stream, exit code must agree.
     forged: list[str] = []

@@ -1,13 +1,34 @@
 """Grade SWE-bench-format predictions (``legorl grade``): JSONL records with ``instance_id``,
-``model_patch`` and optionally ``model_name_or_path``, against a task suite."""
+``model_patch`` and optionally ``model_name_or_path``, against a task suite.
+
+Every prediction is graded and reported; none is dropped. A prediction is identified by
+(``instance_id``, ``model_name_or_path``): a file may hold several models' predictions for the same
+instance (each is graded), but the same (instance, model) twice is refused with a :class:`ConfigError`
+naming the instance — which of the two should count is not ours to guess.
+
+The report's ``instances`` maps a key to each prediction's result: the ``instance_id`` when every
+instance is predicted once (the usual one-model file), else ``"<instance_id>@<model_name_or_path>"``
+for every prediction (``keyed_by`` says which); each result also carries ``instance_id`` and
+``model_name_or_path``, and ``summary.by_model`` summarises each model.
+"""
 
 from __future__ import annotations
 
 import json
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from legorl.errors import ConfigError, TaskError
+
+
+def _no_duplicate_keys(pairs: list[tuple[str, object]]) -> dict:
+    out: dict = {}
+    for key, value in pairs:
+        if key in out:
+            raise ConfigError(f"duplicate key {key!r}: one of the two values would be dropped silently")
+        out[key] = value
+    return out
 
 
 def load_predictions(path: Path) -> list[dict]:
@@ -17,19 +38,62 @@ def load_predictions(path: Path) -> list[dict]:
     text = path.read_text(encoding="utf-8")
     records: list = []
     if path.suffix == ".json":
-        data = json.loads(text)
+        try:
+            data = json.loads(text, object_pairs_hook=_no_duplicate_keys)
+        except ConfigError as exc:
+            raise ConfigError(f"{path}: {exc}") from None
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{path}: not valid JSON: {exc}") from None
         records = list(data.values()) if isinstance(data, dict) else data
     else:
         for n, line in enumerate(text.splitlines(), 1):
             if line.strip():
                 try:
-                    records.append(json.loads(line))
+                    records.append(json.loads(line, object_pairs_hook=_no_duplicate_keys))
+                except ConfigError as exc:
+                    raise ConfigError(f"{path}:{n}: {exc}") from None
                 except json.JSONDecodeError as exc:
                     raise ConfigError(f"{path}:{n}: not valid JSON: {exc}") from None
+    if not isinstance(records, list):
+        raise ConfigError(f"{path}: expected a list or an object of prediction records")
     for i, r in enumerate(records):
         if not isinstance(r, dict) or "instance_id" not in r or not isinstance(r.get("model_patch", ""), (str, type(None))):
             raise ConfigError(f"{path}: record {i} needs 'instance_id' and 'model_patch'")
     return records
+
+
+def _model(p: dict) -> str:
+    """The model a prediction came from ('' when the record does not say)."""
+    return str(p.get("model_name_or_path") or "")
+
+
+def prediction_keys(preds: list[dict]) -> list[str]:
+    """The report key of each prediction, in order: its instance id when every instance is predicted once,
+    else ``"<instance_id>@<model_name_or_path>"``. Raises :class:`ConfigError` naming the instance when the
+    same (instance, model) appears twice."""
+    ids = [(str(p["instance_id"]), _model(p)) for p in preds]
+    dupes = sorted(k for k, n in Counter(ids).items() if n > 1)
+    if dupes:
+        what = "; ".join(f"instance {iid!r}" + (f" from model {m!r}" if m else " (no model_name_or_path)")
+                         for iid, m in dupes)
+        raise ConfigError(f"{len(dupes)} prediction(s) appear more than once for the same (instance, model): {what}; "
+                          "keep one prediction per instance and model")
+    if len({iid for iid, _ in ids}) == len(ids):
+        return [iid for iid, _ in ids]
+    keys = [f"{iid}@{m}" for iid, m in ids]
+    if len(set(keys)) != len(keys):  # an '@' in an instance id or model name made two keys alike
+        clash = sorted(k for k, n in Counter(keys).items() if n > 1)
+        raise ConfigError(f"predictions {', '.join(map(repr, clash))} cannot be told apart in the report "
+                          "(an '@' in an instance id or model name); rename the models")
+    return keys
+
+
+def _summary(results: list[dict]) -> dict:
+    total = len(results)
+    return {"total": total, "resolved": sum(r["resolved"] for r in results),
+            "reward_mean": sum(r["reward"] for r in results) / total if total else 0.0,
+            "flagged": sum(bool(r["blocking_flags"]) for r in results),
+            "env_failure": sum(r["status"] == "env_failure" for r in results)}
 
 
 def grade_predictions(preds: list[dict], suite: str, workers: int = 2, timeout: float = 120,
@@ -37,6 +101,7 @@ def grade_predictions(preds: list[dict], suite: str, workers: int = 2, timeout: 
     from legorl.grading.grader import grade
     from legorl.tasks.loader import load_suite
 
+    keys = prediction_keys(preds)  # refuse duplicates before grading anything
     tasks = {t.instance_id: t for t in load_suite(suite)}
     unknown = sorted({p["instance_id"] for p in preds} - set(tasks))
     if unknown:
@@ -46,23 +111,26 @@ def grade_predictions(preds: list[dict], suite: str, workers: int = 2, timeout: 
 
         backend = BwrapBackend()
 
-    def one(p: dict) -> tuple[str, dict]:
+    def one(p: dict) -> dict:
         r = grade(tasks[p["instance_id"]], p.get("model_patch") or "", backend, timeout=timeout,
                   reward_mode=reward_mode, flagged_policy=flagged_policy)
-        return p["instance_id"], {
-            "model_name_or_path": p.get("model_name_or_path"), "resolved": r.resolved, "reward": r.reward,
-            "status": r.status, "cause": r.cause, "flags": r.flags,
+        return {
+            "instance_id": p["instance_id"], "model_name_or_path": p.get("model_name_or_path"),
+            "resolved": r.resolved, "reward": r.reward, "status": r.status, "cause": r.cause, "flags": r.flags,
             "blocking_flags": [f.label for f in r.blocking_flags()],
             "flag_details": [f.model_dump() for f in r.flag_details], "tests": r.tests,
             "fail_to_pass_fraction": r.fail_to_pass_fraction, "attempts": r.attempts,
             "duration_s": round(r.duration_s, 3)}
 
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        results = dict(pool.map(one, preds))
-    total = len(results)
-    return {"suite": suite, "instances": results, "summary": {
-        "total": total, "resolved": sum(r["resolved"] for r in results.values()),
-        "reward_mean": sum(r["reward"] for r in results.values()) / total if total else 0.0,
-        "flagged": sum(bool(r["blocking_flags"]) for r in results.values()),
-        "env_failure": sum(r["status"] == "env_failure" for r in results.values()),
-        "resolved_ids": sorted(k for k, r in results.items() if r["resolved"])}}
+        graded = list(pool.map(one, preds))
+    results = dict(zip(keys, graded, strict=True))  # keys are unique: nothing is overwritten
+    by_model: dict[str, list[dict]] = {}
+    for r in graded:
+        by_model.setdefault(str(r["model_name_or_path"] or ""), []).append(r)
+    return {"suite": suite,
+            "keyed_by": ["instance_id"] if keys == [str(p["instance_id"]) for p in preds]
+            else ["instance_id", "model_name_or_path"],
+            "instances": results,
+            "summary": {**_summary(graded), "resolved_ids": sorted(k for k, r in results.items() if r["resolved"]),
+                        "by_model": {m: _summary(rs) for m, rs in sorted(by_model.items())}}}

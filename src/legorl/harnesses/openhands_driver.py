@@ -32,9 +32,8 @@ def main(argv: list[str] | None = None) -> int:
 
     out: dict = {"status": None, "finished": False, "steps": 0, "events": [], "error": None}
     try:
-        from pydantic import SecretStr
-
         from openhands.sdk import LLM, Agent, Conversation, Tool
+        from pydantic import SecretStr
 
         registry = {}
         wanted = [t.strip() for t in args.tools.split(",") if t.strip()]

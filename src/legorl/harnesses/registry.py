@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 
+from legorl.errors import UnknownHarnessError  # noqa: F401 - defined in the error tree, re-exported
 from legorl.harnesses.base import Harness
 
 # id → (module, class name). Each module exports exactly one harness class.
@@ -25,10 +26,6 @@ DEFAULT_OPTIONS: dict[str, dict] = {
     "opencode-responses": {"name": "opencode-responses"},  # OpenCodeHarness(name=...) picks the Responses API
 }
 HARNESS_NAMES = tuple(HARNESSES)
-
-
-class UnknownHarnessError(ValueError):
-    pass
 
 
 def harness_class(name: str) -> type:

@@ -15,6 +15,13 @@ from typing import Mapping, Protocol, runtime_checkable
 from legorl.errors import SandboxError
 
 WORKSPACE = "/workspace"
+# The sandbox's own user and home. Every backend runs commands with ``HOME=SANDBOX_HOME``, a writable
+# directory private to the sandbox (kept across its execs, removed with it) that holds nothing of the
+# host; harnesses may put generated config there (or point HOME elsewhere, e.g. /tmp, per exec).
+SANDBOX_HOME = "/home/agent"
+SANDBOX_USER = "agent"
+SANDBOX_UID = 1000  # bwrap: the uid/gid inside its user namespace (see legorl.sandbox.bwrap)
+SANDBOX_GID = 1000
 
 
 @dataclass
@@ -27,6 +34,7 @@ class ExecResult:
     truncated: bool = False
     killed_by_signal: int | None = None
     cause: str = ""  # why it ended abnormally: "timeout after 5.0s", "pids limit (256) reached", ...
+    killed_from_outside: bool = False  # the sandbox itself (not a process inside it) was killed
 
 
 @dataclass(frozen=True)

@@ -3,24 +3,69 @@
 Each sandbox is a private copy of the cached *instance layer* built from ``spec.source_dir`` (see
 :mod:`legorl.sandbox.images`: the repository with its history cut to one base commit) under ``root``
 (default ``$LEGORL_HOME/sandboxes``, ``LEGORL_HOME`` defaulting to ``~/.cache/legorl``). The copy is
-``cp -a --reflink=auto``: copy-on-write clones on filesystems that support them (btrfs, xfs), a full
-copy elsewhere (ext4). Hardlinks are deliberately not used: the sandbox runs as root, so a hardlinked
-file written in place would corrupt the cache. An env layer (``spec.env_recipe``) is bind-mounted
-read-only at ``/run/legorl/env`` with ``PYTHONPATH``/``PATH`` set. Every ``exec`` starts a fresh
-``bwrap`` that:
+``cp -a --reflink=auto`` (in-process for small trees): copy-on-write clones on filesystems that support
+them (btrfs, xfs), a full copy elsewhere (ext4). Hardlinks are deliberately not used: a hardlinked file written in place would
+corrupt the cache. An env layer (``spec.env_recipe``) is bind-mounted read-only at ``/run/legorl/env``
+with ``PYTHONPATH``/``PATH`` set. Every ``exec`` starts a fresh ``bwrap``.
 
-* rebuilds ``/`` from read-only binds of the host's top-level entries (the same view as
-  ``--ro-bind / /``, but on bwrap's own tmpfs root so that ``/workspace`` and ``/run/legorl`` can be
-  created even though they do not exist on the host);
-* unshares every namespace (``--unshare-all``): no network except an unconnected ``lo``, own PIDs,
-  own IPC/UTS; ``--die-with-parent`` and ``--new-session``;
-* mounts fresh ``/dev``, ``/proc``, ``/tmp`` and ``/run`` (so host sockets under ``/run`` are hidden);
-* hides the sandboxes root, ``$LEGORL_HOME`` and the built-in task suites (gold patches) under empty
-  tmpfs mounts *before* binding the workdir at ``/workspace``, so one sandbox cannot read another's
-  files, the caches, or the answers;
-* clears the environment except ``PATH``/``LANG`` (+ ``spec.env`` + the caller's ``env``), ``HOME=/tmp``;
-* drops every capability (``--cap-drop ALL``) when run by root: bwrap keeps root's capabilities by
-  default, and with ``CAP_SYS_ADMIN`` a sandboxed process could simply ``umount`` the masks above.
+The view: deny by default
+-------------------------
+The sandbox's filesystem is built from an allowlist on bwrap's own (read-only) tmpfs root, never from
+the host's ``/`` (masking known paths cannot close a view that starts from everything: a second
+checkout, a dataset under ``/srv``, the user's home with its tokens would stay readable). What is
+visible, and why (the shared part is computed once and cached, see :mod:`legorl.sandbox.view`):
+
+=============================  ==================================================================
+``/usr/{bin,sbin,lib,lib64,``   the programs and libraries tools run from (read-only); ``/bin``,
+``libexec,include}``            ``/sbin``, ``/lib*`` are the host's links. No ``/usr/src``,
+                                ``/usr/etc``, ``/usr/games``; ``/usr/lib/python3/dist-packages``
+                                masked (no site-packages outside the layers)
+``/usr/share``                  only :data:`~legorl.sandbox.view.SHARE_ALLOW` (CA certificates,
+                                zoneinfo, terminfo, git templates, perl modules, file's magic), as
+                                a cached hard-link farm: one mount
+``/usr/local``                  empty (on hosts it holds local programs, site-packages, data)
+``/etc``                        synthetic (cached): passwd/group with root, ``agent`` and nobody;
+                                hosts (localhost), nsswitch (files only: no DNS), no resolv.conf;
+                                the public ld.so cache, alternatives links, CA certificates,
+                                openssl.cnf, protocols, services, localtime, os-release. No
+                                shadow/gshadow, ssh or TLS keys, sudoers, pip.conf, npmrc, gitconfig
+the interpreter                 ``BwrapBackend.python``'s prefix (the venv) and base prefix (e.g.
+                                ``/root/.pyenv/versions/3.11.7``) at their host paths, read-only,
+                                with the site-packages it uses (the venv's; the base's, which
+                                ``python -S``, the grader's runner, finds through ``sysconfig``).
+                                ``PATH`` starts with its ``bin`` (``python``, ``pytest``)
+LEGO-RL's code                  the checkout's ``src`` (and ``tests``, whose helpers harness tests
+                                run inside) read-only, the built-in task suites masked; not
+                                ``.git``, ``scripts`` or other files of the checkout
+``/workspace``                  the sandbox's repository copy (read-write)
+``/home/agent``                 ``HOME`` (:data:`~legorl.sandbox.base.SANDBOX_HOME`): a fresh
+                                per-sandbox directory, kept across its execs, removed with it
+``/tmp`` (``/var/tmp``)         private tmpfs per exec
+``/dev``, ``/proc``             fresh (``--dev``, ``--proc`` of the sandbox's own PID namespace)
+``/run/legorl``                 ``gateway.sock`` (the gateway's socket) and ``env`` (the env layer)
+extra layers                    ``spec.extra_layers`` (harness layers, e.g. ``/opt/legorl-harness``)
+=============================  ==================================================================
+
+Directories that exist only to hold those mount points (``/root``, ``/root/.pyenv``, ``/work``...)
+are execute-only: paths resolve, listings fail. Nothing else of the host exists inside: no
+``/root`` or other homes, ``/var``, ``/srv``, ``/mnt``, ``/media``, ``/opt``, ``/boot``, ``/sys``,
+no data trees or other checkouts, no image cache or other sandboxes. ``/proc/self/mountinfo`` still
+names the host paths of the bound directories (names only; nothing under them is reachable).
+
+User: commands run as uid/gid :data:`~legorl.sandbox.base.SANDBOX_UID` (``agent``) in a user
+namespace (``--unshare-user --uid 1000``) that maps it to the uid that started bwrap. When that is
+root, files the host's root owns appear as owned by ``agent`` inside, so the workspace copy stays
+writable; that is also why nothing root-only may be in the view: inside, the allowlist, not file
+permissions, is what keeps host files out. Where no user namespace can be created, bwrap runs
+without one (as the calling uid). In both cases:
+
+* every namespace is unshared (``--unshare-all``): no network except an unconnected ``lo``, own
+  PIDs, IPC, UTS (hostname ``sandbox``); ``--die-with-parent`` and ``--new-session``;
+* every capability is dropped (``--cap-drop ALL``; in a user namespace the mounts are also locked);
+* the environment is cleared and rebuilt from ``PATH``/``LANG``/``HOME`` + ``spec.env`` + the
+  caller's ``env``. Neither the environment (which holds e.g. the session token) nor the view is on
+  a host command line: every bwrap option travels through a memfd (``bwrap --args FD``), so
+  ``ps`` shows only ``bwrap --args 3 -- <command>``.
 
 Limits: the wall-clock ``timeout`` kills the whole process group (the outer bwrap; the sandbox's
 PID namespace dies with it); stdout and stderr are each capped at ``max_output_bytes`` (the rest is
@@ -55,15 +100,21 @@ from pathlib import Path
 from typing import IO, Mapping
 
 from legorl.errors import SandboxError
-from legorl.sandbox.base import WORKSPACE, ExecResult, SandboxSpec, WorkspaceFiles
+from legorl.sandbox.base import (
+    SANDBOX_GID, SANDBOX_HOME, SANDBOX_UID, WORKSPACE, ExecResult, SandboxSpec, WorkspaceFiles,
+)
 from legorl.sandbox.images import (
     EnvRecipe, ImageCache, InstanceRecipe, Layer, bwrap_base_recipe, default_cache, spec_recipes,
 )
+from legorl.sandbox.view import BUILTIN_SUITES_DIR, HostView, host_view, is_under, legorl_home  # noqa: F401
 
 GATEWAY_SOCKET_INSIDE = "/run/legorl/gateway.sock"
 ENV_INSIDE = "/run/legorl/env"
 FORWARDER_PATH = Path(__file__).resolve().with_name("forwarder.py")
-BUILTIN_SUITES_DIR = Path(__file__).resolve().parent.parent / "tasks" / "suites"
+SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# The environment of the host-side processes of an exec (cgroup shim, prlimit, strace, bwrap): none
+# of the sandbox's variables (they reach the sandbox through bwrap's --args memfd only).
+_HOST_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
 
 # Fixed identity, no hooks, no system/global config: git never runs anything of the repo's choosing.
 GIT_CONFIG = [
@@ -85,10 +136,6 @@ _GIT_ENV = {
 }
 _COPY_IGNORE = shutil.ignore_patterns("__pycache__", ".pytest_cache", "*.pyc")
 _DIFF_LIMIT = 64 * 1024 * 1024
-
-
-def legorl_home() -> Path:
-    return Path(os.environ.get("LEGORL_HOME") or Path.home() / ".cache" / "legorl").expanduser()
 
 
 def _is_under(path: Path, parent: Path) -> bool:
@@ -148,9 +195,74 @@ def _feed(stream: IO[bytes], data: bytes) -> None:
             pass
 
 
+_FICLONE = 0x40049409  # ioctl: reflink one file onto another (btrfs, xfs)
+FAST_COPY_MAX_ENTRIES = 2000
+
+
+def _copy_file(src: str, dst: str, st: os.stat_result) -> None:
+    fin = os.open(src, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        fout = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, stat.S_IMODE(st.st_mode) | 0o200)
+        try:
+            try:
+                import fcntl
+
+                fcntl.ioctl(fout, _FICLONE, fin)  # a copy-on-write clone where the filesystem can
+            except OSError:
+                left = st.st_size
+                while left > 0:
+                    n = os.copy_file_range(fin, fout, left)
+                    if n == 0:
+                        break
+                    left -= n
+            os.fchmod(fout, stat.S_IMODE(st.st_mode))
+            os.utime(fout, ns=(st.st_atime_ns, st.st_mtime_ns))
+        finally:
+            os.close(fout)
+    finally:
+        os.close(fin)
+
+
+def _copy_tree_fast(src: str, dst: str, budget: list[int]) -> bool:
+    """In-process ``cp -a`` of a small tree (regular files, directories, symlinks): no process to
+    start, which dominates for the few dozen files of a typical task repository. False (a partial
+    copy left behind) when the tree has more than ``budget`` entries or special files."""
+    st = os.lstat(src)
+    os.mkdir(dst, 0o700)
+    with os.scandir(src) as it:
+        entries = list(it)
+    budget[0] -= len(entries)
+    if budget[0] < 0:
+        return False
+    for e in entries:
+        est = e.stat(follow_symlinks=False)
+        target = os.path.join(dst, e.name)
+        if stat.S_ISDIR(est.st_mode):
+            if not _copy_tree_fast(e.path, target, budget):
+                return False
+        elif stat.S_ISLNK(est.st_mode):
+            os.symlink(os.readlink(e.path), target)
+            os.utime(target, ns=(est.st_atime_ns, est.st_mtime_ns), follow_symlinks=False)
+        elif stat.S_ISREG(est.st_mode):
+            _copy_file(e.path, target, est)
+        else:
+            return False  # fifos, devices: leave them to cp
+    os.chmod(dst, stat.S_IMODE(st.st_mode))
+    os.utime(dst, ns=(st.st_atime_ns, st.st_mtime_ns))
+    return True
+
+
 def copy_workspace(layer_dir: Path, dest: Path) -> None:
-    """Copy-on-write view of an instance layer: ``cp -a --reflink=auto`` (a clone where the filesystem
-    supports it, a plain copy otherwise)."""
+    """Copy-on-write view of an instance layer: a clone of each file where the filesystem supports it
+    (btrfs, xfs), a plain copy otherwise (ext4); modes and times preserved. Trees of up to
+    ``FAST_COPY_MAX_ENTRIES`` entries are copied in-process, larger ones by ``cp -a --reflink=auto``."""
+    try:
+        if _copy_tree_fast(str(layer_dir), str(dest), [FAST_COPY_MAX_ENTRIES]):
+            return
+        shutil.rmtree(dest, ignore_errors=True)
+    except OSError as exc:
+        shutil.rmtree(dest, ignore_errors=True)
+        raise SandboxError(f"cannot copy image layer {layer_dir} into a sandbox: {exc}") from None
     try:
         subprocess.run(["cp", "-a", "--reflink=auto", "--", str(layer_dir), str(dest)], check=True,
                        capture_output=True, text=True, timeout=1800)
@@ -162,50 +274,58 @@ def copy_workspace(layer_dir: Path, dest: Path) -> None:
 
 
 TRACED_SYSCALLS = ("execve,execveat,open,openat,openat2,creat,unlink,unlinkat,rename,renameat,renameat2,"
-                   "link,linkat,symlink,symlinkat,truncate,connect")
+                   "link,linkat,symlink,symlinkat,truncate,connect,getdents64,clone,clone3,fork,vfork")
 
 
 def strace_argv(path: Path) -> list[str]:
-    """Host-side tracer for one exec: follows forks, decodes fds to paths (``-y``), appends to ``path``."""
-    return ["strace", "-f", "-qq", "--seccomp-bpf", "-y", "-s", "512", "-e", f"trace={TRACED_SYSCALLS}",
-            "-e", "signal=none", "-A", "-o", str(path)]
+    """Host-side tracer for one exec: follows forks, decodes fds to paths (``-y``), appends to ``path``.
+    ``getdents64`` (directory listings) lets the monitor see walks of the whole filesystem; the clone
+    results (translated to host pids: the sandbox has its own PID namespace) tell it which processes
+    are the sandbox's (children of its command) and which bwrap's."""
+    return [shutil.which("strace") or "strace", "-f", "-qq", "--seccomp-bpf", "--pidns-translation", "-y", "-s", "512",
+            "-e", f"trace={TRACED_SYSCALLS}", "-e", "signal=none", "-A", "-o", str(path)]
 
 
-def extra_layer_args(layers) -> list[str]:
+def extra_layer_args(layers, binds: tuple[str, ...] | list[str] = ()) -> list[str]:
     """bwrap arguments mounting read-only layers ``(host path, mount point)`` (``SandboxSpec.extra_layers``).
 
-    The mount point need not exist on the host: under ``/``, ``/tmp`` or ``/run`` bwrap creates it on
-    its tmpfs; elsewhere (``/opt/legorl-harness``) the parent directory is rebuilt as a tmpfs holding
-    read-only binds of its host entries plus the layer, since a read-only bind cannot grow a mount point.
+    The sandbox's root is bwrap's own tmpfs, so a mount point need not exist on the host (``/opt`` holds
+    just the layers inside). It may not shadow a sandbox mount: ``/proc``, ``/dev``, ``/workspace``,
+    ``/tmp``, ``/run``, ``/etc``, the home, nor lie inside (or over) a read-only bind of the view (``binds``),
+    unless it is a host directory bound at its own path that the view already shows there.
     """
     argv: list[str] = []
-    rebuilt: set[Path] = set()
-    mounts = [Path(m) for _, m in layers]
     for host, mount in layers:
         m = Path(mount)
         if not m.is_absolute() or m == Path("/") or ".." in m.parts:
             raise SandboxError(f"extra layer mount point {mount!r} must be an absolute path below /")
-        if m.parts[1] in ("proc", "dev", "workspace") or m == Path("/tmp") or m == Path("/run"):
+        if m.parts[1] in ("proc", "dev", "workspace") or str(m) in ("/tmp", "/run", "/etc", "/home", SANDBOX_HOME):
             raise SandboxError(f"extra layer mount point {mount!r} would shadow a sandbox mount")
+        clash = next((b for b in binds if is_under(m, b) or is_under(b, m)), None)
+        if clash is not None and str(m) == os.path.realpath(host) and is_under(m, clash) and \
+                os.path.realpath(clash) == clash:
+            continue  # already visible at this very path (e.g. an interpreter prefix the view binds)
+        if clash is not None:
+            raise SandboxError(f"extra layer mount point {mount!r} would shadow a sandbox mount ({clash})")
         if not Path(host).is_dir():
             raise SandboxError(f"extra layer {host} (for {mount}) is not a directory")
-        parent = m.parent
-        if not (m.is_dir() or parent == Path("/") or m.parts[1] in ("tmp", "run") or parent in rebuilt):
-            if not parent.is_dir() or parent.parent != Path("/"):
-                raise SandboxError(f"extra layer mount point {mount!r}: neither it nor a top-level parent "
-                                   "directory exists on the host")
-            rebuilt.add(parent)
-            argv += ["--tmpfs", str(parent)]
-            for entry in sorted(os.listdir(parent)):
-                child = parent / entry
-                if child in mounts:
-                    continue
-                if child.is_symlink():
-                    argv += ["--symlink", os.readlink(child), str(child)]
-                elif child.exists():
-                    argv += ["--ro-bind", str(child), str(child)]
         argv += ["--ro-bind", str(host), str(m)]
     return argv
+
+
+def args_memfd(args: list[str]) -> int:
+    """A memfd holding ``args`` NUL-separated, for ``bwrap --args FD`` (the caller closes it)."""
+    fd = os.memfd_create("legorl-bwrap-args", os.MFD_CLOEXEC)
+    try:
+        data = b"".join(a.encode("utf-8", "surrogateescape") + b"\0" for a in args)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.lseek(fd, 0, os.SEEK_SET)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 _CGROUP_SHIM = 'for f in "$@"; do [ "$f" = -- ] && break; echo $$ > "$f" || exit 125; shift; done; shift; exec "$@"'
@@ -315,6 +435,8 @@ class BwrapSandbox(WorkspaceFiles):
         self.name = sandbox_dir.name
         self.sandbox_dir = sandbox_dir
         self.workdir = sandbox_dir / "workspace"
+        self.home = sandbox_dir / "home"  # HOME inside (SANDBOX_HOME): private, kept across execs
+        self.home.mkdir(exist_ok=True)
         self.base_commit = base_commit
         self.env_layer = env_layer  # leased while the sandbox lives
         self.cgroup = cgroup
@@ -325,37 +447,52 @@ class BwrapSandbox(WorkspaceFiles):
         self.trace_path: Path | None = None
 
     # -- command line ---------------------------------------------------------------------------
-    def bwrap_argv(self, cwd: str, env: Mapping[str, str]) -> list[str]:
-        argv = [self.backend.bwrap, "--unshare-all", "--die-with-parent", "--new-session"]
+    def bwrap_options(self, cwd: str, env: Mapping[str, str]) -> list[str]:
+        """Every bwrap option of one exec (the view, the mounts, the environment): handed to bwrap
+        through a memfd (``--args``), never on a command line."""
+        backend = self.backend
+        view = backend.view()
+        opts = ["--unshare-all", "--die-with-parent", "--new-session"]
+        if backend.userns:
+            opts += ["--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_GID)]
+        opts += ["--hostname", "sandbox"]
         if os.geteuid() == 0:
-            argv += ["--cap-drop", "ALL"]  # root keeps every capability in bwrap otherwise
-        for entry in sorted(os.listdir("/")):
-            if entry in ("proc", "dev", "tmp", "run", "workspace", "lost+found"):
-                continue
-            host = Path("/") / entry
-            if host.is_symlink():
-                argv += ["--symlink", os.readlink(host), str(host)]
-            elif host.exists():
-                argv += ["--ro-bind", str(host), str(host)]
-        argv += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--tmpfs", "/run"]
-        for path in self.backend.project_paths():  # our interpreter and source, if under /tmp or /run
-            argv += ["--ro-bind", str(path), str(path)]
-        argv += extra_layer_args(self.spec.extra_layers)  # before the masks, so they still apply
-        for hidden in self.backend.hidden_paths():
-            argv += ["--tmpfs", str(hidden)]
-        argv += ["--bind", str(self.workdir), WORKSPACE]
+            opts += ["--cap-drop", "ALL"]  # root keeps every capability in bwrap otherwise
+        opts += view.system_args
+        opts += ["--bind", str(self.home), SANDBOX_HOME]
+        opts += view.tree_args
+        opts += extra_layer_args(self.spec.extra_layers, view.binds)
+        opts += ["--bind", str(self.workdir), WORKSPACE]
         if self.spec.gateway_socket is not None:
-            argv += ["--dir", "/run/legorl", "--bind", str(self.spec.gateway_socket), GATEWAY_SOCKET_INSIDE]
+            opts += ["--dir", "/run/legorl", "--bind", str(self.spec.gateway_socket), GATEWAY_SOCKET_INSIDE]
         if self.env_layer is not None:
-            argv += ["--ro-bind", str(self.env_layer.path), ENV_INSIDE]
-        argv += ["--chdir", cwd, "--clearenv"]
+            opts += ["--ro-bind", str(self.env_layer.path), ENV_INSIDE]
+        opts += ["--remount-ro", "/", "--chdir", cwd, "--clearenv"]
         for key, value in env.items():
-            argv += ["--setenv", key, value]
-        return argv
+            opts += ["--setenv", key, value]
+        return opts
+
+    def bwrap_argv(self, cwd: str, env: Mapping[str, str]) -> list[str]:
+        """The equivalent command line (for debugging: :meth:`exec` passes the options by memfd)."""
+        return [self.backend.bwrap, *self.bwrap_options(cwd, env)]
+
+    def view_paths(self) -> dict[str, list[str]]:
+        """What this sandbox can see: ``roots`` (paths inside under which things are visible),
+        ``masked`` (paths under those roots that are hidden) and ``tools`` (the interpreter's, LEGO-RL's
+        and the layers' directories, which programs list as they import). Used by the rollout monitor."""
+        view = self.backend.view()
+        layers = [m for _, m in self.spec.extra_layers] + ([ENV_INSIDE] if self.env_layer is not None else [])
+        roots = [*view.roots, SANDBOX_HOME, WORKSPACE, *layers]
+        if self.spec.gateway_socket is not None:
+            roots.append(GATEWAY_SOCKET_INSIDE)
+        return {"roots": roots, "masked": list(view.masked), "tools": [*view.tools, *layers]}
 
     def _env(self, extra: Mapping[str, str] | None) -> dict[str, str]:
-        env = {"PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"), "HOME": "/tmp"}
-        env["LANG"] = os.environ.get("LANG", "C.UTF-8")
+        path = SYSTEM_PATH
+        bin_dir = self.backend.view().interpreter.bin_dir
+        if bin_dir not in SYSTEM_PATH.split(":"):
+            path = f"{bin_dir}:{path}"  # python, python3, pytest of the sandbox's interpreter first
+        env = {"PATH": path, "HOME": SANDBOX_HOME, "LANG": os.environ.get("LANG", "C.UTF-8")}
         if self.env_layer is not None:
             env["PATH"] = f"{ENV_INSIDE}/bin:{env['PATH']}"
             env["PYTHONPATH"] = f"{ENV_INSIDE}/site-packages"
@@ -407,7 +544,8 @@ class BwrapSandbox(WorkspaceFiles):
             argv_inner = [self.backend.python, "-I", "-S", str(FORWARDER_PATH),
                           "--socket", GATEWAY_SOCKET_INSIDE, "--port", str(self.spec.gateway_port),
                           "--", *argv_inner]
-        argv = self._limits_prefix() + self.bwrap_argv(cwd, self._env(env)) + ["--", *argv_inner]
+        fd = args_memfd(self.bwrap_options(cwd, self._env(env)))
+        argv = self._limits_prefix() + [self.backend.bwrap, "--args", str(fd), "--", *argv_inner]
 
         before = self.cgroup.counters() if self.cgroup is not None else (0, 0)
         start = time.monotonic()
@@ -415,9 +553,12 @@ class BwrapSandbox(WorkspaceFiles):
             proc = subprocess.Popen(
                 argv, stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                env=_HOST_ENV, pass_fds=(fd,),
             )
         except OSError as exc:
             raise SandboxError(f"cannot start bwrap: {exc}") from None
+        finally:
+            os.close(fd)
         out: list[bytes] = []
         err: list[bytes] = []
         flags: dict[str, bool] = {}
@@ -482,6 +623,7 @@ class BwrapSandbox(WorkspaceFiles):
             truncated=bool(flags),
             killed_by_signal=killed,
             cause="; ".join(causes),
+            killed_from_outside=outside_kill,
         )
 
     @staticmethod
@@ -559,12 +701,43 @@ def _force_remove(func, path, exc_info) -> None:  # noqa: ANN001 - shutil.rmtree
         pass
 
 
+_userns_memo: dict[str, bool] = {}
+_version_memo: dict[str, tuple[int, ...]] = {}
+
+
+def _bwrap_version(bwrap: str) -> tuple[int, ...]:
+    if bwrap not in _version_memo:
+        try:
+            out = subprocess.run([bwrap, "--version"], capture_output=True, text=True, timeout=30, env=_HOST_ENV).stdout
+            _version_memo[bwrap] = tuple(int(x) for x in out.split()[-1].split(".")[:3])
+        except (OSError, ValueError, IndexError, subprocess.SubprocessError):
+            _version_memo[bwrap] = (0, 0)
+    return _version_memo[bwrap]
+
+
+def _userns_works(bwrap: str) -> bool:
+    if os.environ.get("LEGORL_BWRAP_USERNS", "1") == "0":
+        return False
+    if bwrap not in _userns_memo:
+        try:
+            res = subprocess.run([bwrap, "--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_GID),
+                                  "--ro-bind", "/", "/", "--", "/bin/true"], capture_output=True, timeout=30,
+                                 env=_HOST_ENV)
+            _userns_memo[bwrap] = res.returncode == 0
+        except (OSError, subprocess.SubprocessError):
+            _userns_memo[bwrap] = False
+    return _userns_memo[bwrap]
+
+
 class BwrapBackend:
     """Creates :class:`BwrapSandbox` es under ``root``.
 
-    ``hide``: extra host paths covered by an empty tmpfs inside every sandbox (in addition to the
-    sandboxes root, ``$LEGORL_HOME`` and the built-in task suites).
-    ``python``: interpreter used inside for the gateway forwarder (default: this process's).
+    ``hide``: host paths masked inside every sandbox when they lie under a directory of the view (as
+    are the sandboxes root, ``$LEGORL_HOME``, the cache and the built-in task suites); anything not in
+    the view is absent anyway.
+    ``python``: the interpreter inside (gateway forwarder, graders; its prefixes are part of the view
+    and its ``bin`` leads ``PATH``; default: this process's).
+    ``userns``: run as uid 1000 in a user namespace (default: when bwrap can create one here).
     ``cache``: the :class:`~legorl.sandbox.images.ImageCache` (default: ``$LEGORL_HOME/images``).
     ``cgroups``: per-sandbox pids/memory cgroups when possible (root); ``False`` uses rlimits only.
     """
@@ -572,7 +745,8 @@ class BwrapBackend:
     name = "bwrap"
 
     def __init__(self, root: Path | None = None, hide: list[Path] | tuple[Path, ...] = (),
-                 python: str | None = None, cache: ImageCache | None = None, cgroups: bool = True):
+                 python: str | None = None, cache: ImageCache | None = None, cgroups: bool = True,
+                 userns: bool | None = None):
         self.root = Path(root) if root is not None else legorl_home() / "sandboxes"
         self.hide = [Path(p) for p in hide]
         self.python = python or sys.executable
@@ -580,6 +754,7 @@ class BwrapBackend:
         self._bwrap: str | None = None
         self._cache = cache
         self.cgroups = cgroups
+        self._userns = userns
 
     @property
     def cache(self) -> ImageCache:
@@ -599,43 +774,19 @@ class BwrapBackend:
             self._bwrap = found
         return self._bwrap
 
-    def project_paths(self) -> list[Path]:
-        """The interpreter's prefix and LEGO-RL's source tree when they live under /tmp or /run
-        (e.g. a CI checkout in /tmp): those are fresh tmpfs inside, so they are bound back read-only."""
-        prefix = Path(sys.prefix) if self.python == sys.executable else Path(self.python).absolute().parent.parent
-        source = Path(__file__).resolve().parents[2]  # .../src (editable install) or site-packages
-        if source.name == "src":  # a checkout: expose all of it, as it would be outside /tmp
-            source = source.parent
-        out: list[Path] = []
-        for p in (prefix, source):
-            if (_is_under(p, Path("/tmp")) or _is_under(p, Path("/run"))) and p.is_dir():
-                if not any(_is_under(p, q) for q in out):
-                    out.append(p)
-        return out
+    @property
+    def userns(self) -> bool:
+        """Whether sandboxes run as uid 1000 in their own user namespace (probed once per bwrap)."""
+        if self._userns is None:
+            self._userns = _userns_works(self.bwrap)
+        return self._userns
 
-    def hidden_paths(self) -> list[Path]:
-        """Host paths masked by tmpfs, outermost first, skipping ones already hidden or absent."""
-        candidates = [legorl_home(), self.root, BUILTIN_SUITES_DIR, *self.hide]
+    def view(self) -> HostView:
+        """The shared, cached part of every sandbox's view (see :mod:`legorl.sandbox.view`)."""
+        hide = [legorl_home(), self.root, *self.hide]
         if self._cache is not None:
-            candidates.append(self._cache.root)
-        resolved: list[Path] = []
-        for c in candidates:
-            try:
-                p = c.resolve()
-            except OSError:
-                continue
-            if not p.is_dir() or p == Path("/"):
-                continue
-            fresh = _is_under(p, Path("/tmp")) or _is_under(p, Path("/run"))
-            if fresh and not any(_is_under(p, q) for q in self.project_paths()):
-                continue  # /tmp and /run are fresh tmpfs inside anyway
-            resolved.append(p)
-        resolved.sort(key=lambda p: len(p.parts))
-        out: list[Path] = []
-        for p in resolved:
-            if not any(_is_under(p, q) for q in out):
-                out.append(p)
-        return out
+            hide.append(self._cache.root)
+        return host_view(self.python, tuple(str(p) for p in hide), perms=_bwrap_version(self.bwrap) >= (0, 5))
 
     # -- images ---------------------------------------------------------------------------------
     def _run_setup(self, repo: Path, cmd: str, env_layer: Layer | None) -> tuple[int, str]:

@@ -2,9 +2,11 @@
 
 Layers
 ------
-* **base**: the OS a sandbox runs on. For bwrap it is the host's root filesystem (the layer holds only
-  metadata: the recipe names the host OS release so that an OS upgrade changes the key); for podman it
-  is an image built from a debootstrap rootfs and ``podman import``-ed as ``legorl/base:<key>`` (the
+* **base**: the OS a sandbox runs on. For bwrap it is an allowlisted view of the host's system
+  directories (:mod:`legorl.sandbox.view`: ``/usr``'s programs and libraries, a rebuilt ``/usr/share``,
+  a synthetic ``/etc``; the layer holds only metadata: the recipe names the host OS release so that an
+  OS upgrade changes the key); for podman it is an image built from a debootstrap rootfs (its ``/etc``
+  scrubbed of host files and password hashes) and ``podman import``-ed as ``legorl/base:<key>`` (the
   layer records the image name; the rootfs itself lives in podman's storage).
 * **env**: what the task's environment needs on top of base: ``pip install --target
   <layer>/site-packages <requirements>`` plus setup commands run in the layer directory. Empty for
@@ -57,7 +59,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
-from legorl.errors import SandboxError
+from legorl.errors import ImageBuildError, ImageDiskFullError, SandboxError  # noqa: F401 - re-exported
 
 KINDS = ("base", "env", "instance", "harness")  # harness: agent programs (legorl.harnesses.install)
 DEFAULT_MAX_BYTES = 20 * 1024**3
@@ -77,20 +79,7 @@ _GIT_ENV = {
 
 
 # ------------------------------------------------------------------------------------------- errors
-class ImageBuildError(SandboxError):
-    """A layer could not be built. ``step`` names what failed, ``output`` is its (tail of) output."""
-
-    def __init__(self, message: str, *, kind: str = "", key: str = "", step: str = "", output: str = ""):
-        self.message, self.kind, self.key, self.step, self.output = message, kind, key, step, output
-        detail = f"{kind} layer {key[:12]}: " if kind else ""
-        text = f"{detail}{message}" + (f" [step: {step}]" if step else "")
-        if output.strip():
-            text += "\n--- output (tail) ---\n" + output.strip()[-4000:]
-        super().__init__(text)
-
-
-class ImageDiskFullError(ImageBuildError):
-    """The disk filled up (ENOSPC) while building a layer; the partial layer was removed."""
+# ImageBuildError, ImageDiskFullError: defined in legorl.errors (the error tree), imported above.
 
 
 def _is_enospc(exc: BaseException | None) -> bool:
@@ -159,9 +148,13 @@ class BaseRecipe:
     packages: tuple[str, ...] = ()
     mirror: str = ""
     image: str = ""
+    build: str = ""  # version of the build procedure (e.g. the podman image's /etc scrub); "" = none
 
     def key(self) -> str:
-        return recipe_key("base", asdict(self))
+        fields = asdict(self)
+        if not fields["build"]:
+            fields.pop("build")  # keys of recipes without one stay what they were
+        return recipe_key("base", fields)
 
 
 def bwrap_base_recipe() -> BaseRecipe:
@@ -199,22 +192,25 @@ class InstanceRecipe:
                                        "setup": list(self.setup)}, env_key)
 
 
-def _walk_files(root: Path) -> Iterator[tuple[str, os.stat_result, Path]]:
-    stack = [root]
+def _walk_files(root: Path) -> Iterator[tuple[str, os.stat_result, str]]:
+    """(relative posix path, lstat, full path) of every entry under ``root``, skipping caches."""
+    stack = [(str(root), "")]
     while stack:
-        d = stack.pop()
+        d, rel_dir = stack.pop()
         try:
-            entries = sorted(os.scandir(d), key=lambda e: e.name)
+            with os.scandir(d) as it:
+                entries = sorted(it, key=lambda e: e.name)
         except OSError as exc:
             raise SandboxError(f"cannot read {d}: {exc}") from exc
         for e in entries:
-            if e.name in _SKIP_NAMES or e.name.endswith(_SKIP_SUFFIXES):
+            name = e.name
+            if name in _SKIP_NAMES or name.endswith(_SKIP_SUFFIXES):
                 continue
             st = e.stat(follow_symlinks=False)
-            p = Path(e.path)
+            rel = f"{rel_dir}/{name}" if rel_dir else name
             if stat.S_ISDIR(st.st_mode):
-                stack.append(p)
-            yield p.relative_to(root).as_posix(), st, p
+                stack.append((e.path, rel))
+            yield rel, st, e.path
 
 
 _content_memo: dict[tuple[str, str], tuple[str, str]] = {}

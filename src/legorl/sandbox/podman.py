@@ -8,10 +8,37 @@ while ``podman run --rm ... true`` per exec ≈ 0.4–0.6 s, hence exec into a k
 
 Containers run with ``--runtime runc --network none --ulimit nofile=1024:1024 --ulimit
 nproc=1024:1024 --memory <spec.memory_mb>m --memory-swap <same> --pids-limit <spec.max_pids>
---cap-drop ALL --security-opt no-new-privileges --init``; the sandbox's writable repository copy is
-bind-mounted at ``/workspace``; when ``spec.gateway_socket`` is set, the socket is bind-mounted at
-``/run/legorl/gateway.sock`` and :mod:`legorl.sandbox.forwarder` (bind-mounted read-only, run with the
-image's ``python3``) listens on ``127.0.0.1:<spec.gateway_port>`` inside, exactly like bwrap.
+--cap-drop ALL --security-opt no-new-privileges --init --read-only --no-hosts``; the
+sandbox's writable repository copy is bind-mounted at ``/workspace``; when ``spec.gateway_socket`` is
+set, the socket is bind-mounted at ``/run/legorl/gateway.sock`` and :mod:`legorl.sandbox.forwarder`
+(bind-mounted read-only, run with the image's ``python3``) listens on ``127.0.0.1:<spec.gateway_port>``
+inside, exactly like bwrap.
+
+The view: the container's filesystem is its image plus exactly these binds, nothing of the host:
+
+* the image (read-only: ``--read-only``, with podman's private tmpfs on ``/tmp``, ``/var/tmp``,
+  ``/run``): the debootstrap rootfs below, whose ``/etc`` is scrubbed of what debootstrap copies from
+  the host (``resolv.conf``, ``hostname``) and of ``shadow``/``gshadow`` (no password hashes of any
+  kind), with ``hosts`` (localhost) and the sandbox user ``agent`` (uid
+  :data:`~legorl.sandbox.base.SANDBOX_UID`) added; ``--no-hosts`` keeps podman from writing the
+  host's hosts entries into the container, and with ``--network none`` it writes no resolv.conf;
+* ``/workspace`` (the repository copy) and ``/home/agent`` (``HOME``, a fresh per-sandbox directory),
+  read-write, owned by the sandbox user;
+* ``/run/legorl/forwarder.py`` (one file of LEGO-RL, read-only), the env layer at ``/run/legorl/env``,
+  the harness layers (``spec.extra_layers``), the gateway socket (which the sandbox user must be
+  able to connect to: the gateway creates it 0666): read-only layers, no host home, no project
+  checkout, no task suites.
+
+Commands (``podman exec``) run as ``agent`` (uid/gid 1000, ``--user``), not as the image's root, with
+every capability dropped; the container's keeper process runs as root, so commands can neither kill
+it nor rewrite its pid file. Rootful podman without a user namespace maps uid 1000 to the same host
+uid (files the sandbox writes into its bind-mounted workspace are owned by it on the host); the
+workspace and home copies are ``chown``-ed to it when the sandbox is created.
+
+Environment: never ``-e NAME=VALUE`` on podman's command line (visible in the host's process list):
+each exec writes its variables to an ``--env-file`` in a private (0700) directory of the sandbox,
+removed when the exec ends; a value podman's env-file format cannot carry (a newline) is passed as
+``-e NAME`` with the value in podman's own environment.
 
 Images: layers come from :mod:`legorl.sandbox.images`. The **base** image is built locally from a
 ``debootstrap --variant=minbase`` rootfs of Debian bookworm with ``python3 python3-pytest git patch``
@@ -39,6 +66,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -50,7 +78,9 @@ from pathlib import Path
 from typing import Mapping
 
 from legorl.errors import SandboxError
-from legorl.sandbox.base import WORKSPACE, ExecResult, SandboxSpec, WorkspaceFiles
+from legorl.sandbox.base import (
+    SANDBOX_GID, SANDBOX_HOME, SANDBOX_UID, SANDBOX_USER, WORKSPACE, ExecResult, SandboxSpec, WorkspaceFiles,
+)
 from legorl.sandbox.bwrap import (
     _DIFF_LIMIT, _GIT_ENV, FORWARDER_PATH, GATEWAY_SOCKET_INSIDE, GIT_CONFIG, _discard, _drain, _feed,
     _is_under, copy_workspace, legorl_home,
@@ -66,10 +96,14 @@ ENV_INSIDE = "/run/legorl/env"
 FORWARDER_INSIDE = "/run/legorl/forwarder.py"
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
 BASE_PACKAGES = ("python3", "python3-pytest", "git", "patch")
+IMAGE_BUILD = "etc-scrub-1"  # bump when _scrub_rootfs changes (part of the base recipe key)
+# Files of a debootstrap rootfs that come from the host or hold password hashes.
+_SCRUB = ("etc/resolv.conf", "etc/hostname", "etc/shadow", "etc/shadow-", "etc/gshadow", "etc/gshadow-",
+          "etc/passwd-", "etc/group-", "etc/machine-id", "var/lib/dbus/machine-id", "etc/apt/sources.list")
 
 
-# pid 1 is the --init (catatonit), the keeper ``sleep infinity`` wrote its pid to KEEPER_PID;
-# everything else belongs to execs. (kill -9 -1 would take the keeper too, and the container with it.)
+# pid 1 is the --init (catatonit), the keeper ``sleep infinity`` (root) wrote its pid to KEEPER_PID;
+# everything else belongs to execs (uid 1000, which cannot signal root's processes anyway).
 KEEPER_PID = "/run/legorl-keeper.pid"
 _KEEPER = f'echo $$ > {KEEPER_PID} && exec sleep infinity'
 _KILL_ALL = (f'k=$(cat {KEEPER_PID} 2>/dev/null); for p in /proc/[0-9]*; do p=${{p#/proc/}}; '
@@ -99,7 +133,40 @@ def _apt_mirror() -> str:
 def podman_base_recipe(suite: str = "bookworm", packages: tuple[str, ...] = BASE_PACKAGES,
                        mirror: str | None = None, image: str = "") -> BaseRecipe:
     return BaseRecipe(backend="oci", os=f"debian:{suite}", variant="minbase", packages=tuple(packages),
-                      mirror=mirror or _apt_mirror(), image=image)
+                      mirror=mirror or _apt_mirror(), image=image, build=IMAGE_BUILD)
+
+
+def _scrub_rootfs(rootfs: Path) -> None:
+    """Remove what of the host (and what password hashes) a debootstrap rootfs holds; add the sandbox
+    user. Only the image's own Debian files remain."""
+    for rel in _SCRUB:
+        target = rootfs / rel
+        if target.is_symlink() or target.is_file():
+            target.unlink()
+    (rootfs / "etc" / "hostname").write_text("sandbox\n")
+    (rootfs / "etc" / "hosts").write_text("127.0.0.1\tlocalhost sandbox\n::1\tlocalhost ip6-localhost ip6-loopback\n")
+    passwd = rootfs / "etc" / "passwd"
+    lines = [ln for ln in passwd.read_text().splitlines() if not ln.startswith(f"{SANDBOX_USER}:")]
+    lines.append(f"{SANDBOX_USER}:x:{SANDBOX_UID}:{SANDBOX_GID}:LEGO-RL sandbox:{SANDBOX_HOME}:/bin/bash")
+    passwd.write_text("\n".join(lines) + "\n")
+    group = rootfs / "etc" / "group"
+    lines = [ln for ln in group.read_text().splitlines() if not ln.startswith(f"{SANDBOX_USER}:")]
+    lines.append(f"{SANDBOX_USER}:x:{SANDBOX_GID}:")
+    group.write_text("\n".join(lines) + "\n")
+    (rootfs / SANDBOX_HOME.lstrip("/")).mkdir(parents=True, exist_ok=True)
+
+
+def _remove_env_file(path: Path | None) -> None:
+    if path is not None:
+        with contextlib.suppress(OSError):
+            path.unlink()
+
+
+def _chown_tree(root: Path, uid: int, gid: int) -> None:
+    os.lchown(root, uid, gid)
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in (*dirnames, *filenames):
+            os.lchown(os.path.join(dirpath, name), uid, gid)
 
 
 class PodmanSandbox(WorkspaceFiles):
@@ -115,7 +182,7 @@ class PodmanSandbox(WorkspaceFiles):
         self._destroyed = False
 
     def _env(self, extra: Mapping[str, str] | None) -> dict[str, str]:
-        env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/tmp",
+        env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": SANDBOX_HOME,
                "LANG": "C.UTF-8"}
         if self._env_lease is not None:
             env["PATH"] = f"{ENV_INSIDE}/bin:{env['PATH']}"
@@ -139,16 +206,50 @@ class PodmanSandbox(WorkspaceFiles):
         argv = [self.backend.exe, "exec"]
         if stdin is not None:
             argv.append("-i")
-        argv += ["--workdir", cwd]
-        for k, v in self._env(env).items():
-            argv += ["--env", f"{k}={v}"]
+        argv += ["--workdir", cwd, "--user", f"{SANDBOX_UID}:{SANDBOX_GID}"]
+        env_argv, env_file, proc_env = self._env_args(self._env(env))
+        argv += env_argv
         argv += [self.name, *inner]
         start = time.monotonic()
         try:
             proc = subprocess.Popen(argv, stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                                    env=proc_env)
         except OSError as exc:
+            _remove_env_file(env_file)
             raise SandboxError(f"cannot run {self.backend.exe}: {exc}") from None
+        try:
+            return self._finish(proc, start, timeout, max_output_bytes, stdin)
+        finally:
+            _remove_env_file(env_file)
+
+    def _env_args(self, env: Mapping[str, str]) -> tuple[list[str], Path | None, dict[str, str] | None]:
+        """(podman arguments, env file to remove afterwards, podman's environment): values go to a
+        private ``--env-file``, or (those with a newline) to podman's own environment as ``-e NAME``."""
+        lines, by_name = [], {}
+        for k, v in env.items():
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k):
+                raise SandboxError(f"invalid environment variable name {k!r}")
+            if "\n" in v or "\r" in v or "\0" in v:
+                by_name[k] = v.replace("\0", "")
+            else:
+                lines.append(f"{k}={v}\n")
+        d = self.sandbox_dir / ".env"
+        d.mkdir(mode=0o700, exist_ok=True)
+        path = d / f"{uuid.uuid4().hex}.env"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8", errors="surrogateescape") as f:
+            f.writelines(lines)
+        argv = ["--env-file", str(path)]
+        proc_env = None
+        if by_name:
+            proc_env = {**os.environ, **by_name}
+            for k in by_name:
+                argv += ["--env", k]
+        return argv, path, proc_env
+
+    def _finish(self, proc: subprocess.Popen, start: float, timeout: float, max_output_bytes: int,
+                stdin: str | None) -> ExecResult:
         out: list[bytes] = []
         err: list[bytes] = []
         flags: dict[str, bool] = {}
@@ -203,7 +304,18 @@ class PodmanSandbox(WorkspaceFiles):
         """Kill every process of the container's execs (the exec client's death does not), keeping
         its init and keeper so the container stays up."""
         with contextlib.suppress(OSError, subprocess.SubprocessError):
-            subprocess.run([self.backend.exe, "exec", self.name, "sh", "-c", _KILL_ALL], capture_output=True, timeout=30)
+            subprocess.run([self.backend.exe, "exec", "--user", f"{SANDBOX_UID}:{SANDBOX_GID}", self.name,
+                            "sh", "-c", _KILL_ALL], capture_output=True, timeout=30)
+
+    def write_file(self, path: str, content: str) -> None:
+        """Write on the host copy, then hand the file (and new parents) to the sandbox user."""
+        target = self._host_path(path)
+        missing = [p for p in [target.parent, *target.parent.parents] if not p.exists()]
+        super().write_file(path, content)
+        for p in [target, *missing]:
+            if p.is_relative_to(self.workdir):
+                with contextlib.suppress(OSError):
+                    os.lchown(p, SANDBOX_UID, SANDBOX_GID)
 
     def diff(self) -> str:
         git = ["git", *GIT_CONFIG]
@@ -293,6 +405,7 @@ class PodmanBackend:
             for p in (rootfs / junk).glob("*"):
                 if p.is_file():
                     p.unlink()
+        _scrub_rootfs(rootfs)
         tar = subprocess.Popen(["tar", "-C", str(rootfs), "--numeric-owner", "-c", "."], stdout=subprocess.PIPE)
         try:
             imp = subprocess.run([self.exe, "import", "-", image], stdin=tar.stdout, capture_output=True,
@@ -334,8 +447,14 @@ class PodmanBackend:
     def create(self, spec: SandboxSpec) -> PodmanSandbox:
         self.exe  # noqa: B018
         inst_recipe, env_recipe = spec_recipes(spec)
-        if spec.gateway_socket is not None and not Path(spec.gateway_socket).exists():
-            raise SandboxError(f"gateway socket {spec.gateway_socket} does not exist")
+        if spec.gateway_socket is not None:
+            if not Path(spec.gateway_socket).exists():
+                raise SandboxError(f"gateway socket {spec.gateway_socket} does not exist")
+            st = os.stat(spec.gateway_socket)
+            if not (st.st_mode & 0o002 or (st.st_uid == SANDBOX_UID and st.st_mode & 0o200)
+                    or (st.st_gid == SANDBOX_GID and st.st_mode & 0o020)):
+                raise SandboxError(f"gateway socket {spec.gateway_socket} is not writable by the sandbox user "
+                                   f"(uid {SANDBOX_UID}); the gateway creates it 0666 (chmod it so)")
         base = self.base_layer()
         image = getattr(spec, "image", None) or base.meta.get("image")
         env_layer = self.cache.env(env_recipe, base, lease=not env_recipe.empty)
@@ -354,12 +473,17 @@ class PodmanBackend:
                 copy_workspace(inst.path, sandbox_dir / "workspace")
             finally:
                 inst.lease.release()
+            (sandbox_dir / "home").mkdir()
+            for tree in ("workspace", "home"):  # writable by the sandbox user (execs run as uid 1000)
+                _chown_tree(sandbox_dir / tree, SANDBOX_UID, SANDBOX_GID)
             argv = [self.exe, "run", "-d", "--name", cid, "--hostname", "sandbox", "--network", "none",
+                    "--no-hosts", "--read-only",
                     "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024",
                     "--memory", f"{spec.memory_mb}m", "--memory-swap", f"{spec.memory_mb}m",
                     "--pids-limit", str(spec.max_pids), "--cap-drop", "ALL",
                     "--security-opt", "no-new-privileges", "--init",
                     "-v", f"{sandbox_dir / 'workspace'}:{WORKSPACE}:rw",
+                    "-v", f"{sandbox_dir / 'home'}:{SANDBOX_HOME}:rw",
                     "-v", f"{FORWARDER_PATH}:{FORWARDER_INSIDE}:ro", "--workdir", WORKSPACE]
             if self.runtime:
                 argv[2:2] = ["--runtime", self.runtime]

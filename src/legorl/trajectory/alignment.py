@@ -8,10 +8,15 @@ assistant message the policy sampled, the sampled token ids.
 For a new request (normalised messages + tools), :func:`align` tries, newest segment first:
 
 * **extend** — the request's messages start with the segment's held messages, the tools are equal
-  and every held assistant turn comes back *as the model emitted it* (its rendering in the
-  request equals the sampled text). The held messages replace the request's copy of that prefix,
-  the full conversation is rendered to text, the rendered held conversation must be a text prefix
-  of it, and only the remaining text is tokenized::
+  and every held assistant turn comes back *unchanged*: either exactly as the gateway returned
+  it (:func:`~legorl.gateway.renderer.returned_unchanged`: the same content string and tool calls,
+  the arguments string as returned or the same parsed object — what a harness that echoes the
+  response sends, whatever the model sampled: stripped whitespace, dropped special tokens,
+  U+FFFD for invalid UTF-8, re-spelled tool-call JSON; see the renderer's "Round trip") or as the
+  model emitted it (its rendering in the request equals the sampled text). The held messages
+  replace the request's copy of that prefix, the full conversation is rendered to text, the
+  rendered held conversation must be a text prefix of it, and only the remaining text is
+  tokenized::
 
       prompt = held_tokens + encode(bridge + suffix_text)
 
@@ -21,9 +26,9 @@ For a new request (normalised messages + tools), :func:`align` tries, newest seg
 * **realign** — the same, except that one or more held assistant turns (any of them, not only the
   last) come back *re-serialized*: the harness re-spelled them (tool-call JSON compacted or
   re-spaced, keys reordered, parsed tool inputs re-dumped, tool calls reordered, whitespace in
-  the text changed) so the request's text of that turn is not what the model emitted. The turn is
-  still the same turn — same tool calls by name + parsed arguments (compared as values), same
-  text modulo whitespace — so the held (sampled) tokens are kept verbatim as the prefix and only
+  the text changed) so the request's copy of that turn is neither what the gateway returned nor
+  what the model emitted. The turn is still the same turn — same tool calls by name + parsed
+  arguments (compared as values), same text modulo whitespace — so the held (sampled) tokens are kept verbatim as the prefix and only
   the new messages are rendered as the suffix, exactly like extend. The event's ``reason`` says
   what differed (``"msg 3 (assistant): tool call 0 'bash' arguments key order"``).
 * **fork** — anything else: render from scratch, new segment (``segment_index`` = next free one).
@@ -56,7 +61,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Literal, Sequence
 
-from legorl.gateway.renderer import Message, Renderer, message_key, render_assistant_content, tools_key
+from legorl.gateway.renderer import Message, Renderer, message_key, render_assistant_content, returned_unchanged, tools_key
 from legorl.trajectory.records import AlignmentEvent
 
 MAX_SEGMENTS_KEPT = 16  # least recently used segments are forgotten for matching (their turns stay recorded)
@@ -300,7 +305,11 @@ def compare_prefix(
                 realigned.append(i)
                 notes.append(f"msg {i} (assistant, context): {diff}")
             continue
-        # a sampled assistant turn: exact when the request renders it as the model emitted it
+        # a sampled assistant turn: exact when the request carries back what the gateway returned
+        # for it (the text a client receives cannot be re-encoded to the sampled ids in general:
+        # see the renderer's module doc, "Round trip"), or renders it as the model emitted it
+        if returned_unchanged(h, n):
+            continue
         sampled_text = seg.sampled_text(renderer, i)
         if render_assistant_content(n) == sampled_text:
             continue

@@ -12,6 +12,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
+from legorl.errors import EnvFailureCause
+
 SCHEMA_VERSION = 1
 
 AlignmentKind = Literal["start", "extend", "realign", "fork"]
@@ -131,7 +133,8 @@ class GraderReport(BaseModel):
     log_tail: str = ""
     flags: list[str] = Field(default_factory=list)
     status: RolloutStatus = "ok"
-    cause: str | None = None
+    cause: str | None = None  # env_failure: "<cause_kind>: <detail>"
+    cause_kind: EnvFailureCause | None = None  # env_failure: the typed cause (branch on this, not on ``cause``)
     duration_s: float = 0.0
     # Added with the staged defenses (all optional; older records load unchanged):
     flag_details: list[Flag] = Field(default_factory=list)  # every flag, typed, with evidence

@@ -28,7 +28,8 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from legorl.errors import ContextLengthError, EngineOverloadedError, InvalidRequestError
+from legorl.errors import (  # noqa: F401 - GatewayError, ClientDisconnected: defined in the error tree, re-exported
+    ClientDisconnected, ContextLengthError, EngineOverloadedError, GatewayError, InvalidRequestError)
 
 if TYPE_CHECKING:  # pragma: no cover
     from legorl.gateway.app import Completion, Gateway
@@ -38,29 +39,6 @@ if TYPE_CHECKING:  # pragma: no cover
 log = logging.getLogger(__name__)
 
 CLIENT_DISCONNECTED = "client_disconnected"
-
-
-class GatewayError(Exception):
-    """An error answered to the client; each dialect renders it in its own shape.
-
-    ``type`` uses OpenAI's vocabulary (``invalid_request_error``, ``server_error``...); ``code`` is
-    e.g. ``context_length_exceeded``, ``invalid_api_key``, ``engine_overloaded``, ``engine_timeout``.
-    ``body()`` / ``response()`` give the OpenAI shape (the default dialect)."""
-
-    def __init__(self, status: int, message: str, *, type: str = "invalid_request_error", param: str | None = None, code: str | None = None):
-        super().__init__(message)
-        self.status, self.message, self.type, self.param, self.code = status, message, type, param, code
-
-    def body(self) -> dict:
-        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
-
-    def response(self) -> JSONResponse:
-        headers = {"WWW-Authenticate": "Bearer"} if self.status == 401 else None
-        return JSONResponse(self.body(), status_code=self.status, headers=headers)
-
-
-class ClientDisconnected(Exception):
-    """The client went away while its request was being served."""
 
 
 def engine_error(exc: BaseException, context_param: str = "messages") -> GatewayError:
@@ -145,8 +123,9 @@ class Dialect:
 
     def error_response(self, err: GatewayError) -> JSONResponse:
         status = self.error_status(err)
-        headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
-        return JSONResponse(self.error_body(err), status_code=status, headers=headers)
+        headers = {"WWW-Authenticate": "Bearer"} if status == 401 else {}
+        headers.update(getattr(err, "headers", None) or {})  # e.g. a budget refusal's retry-after / x-should-retry
+        return JSONResponse(self.error_body(err), status_code=status, headers=headers or None)
 
     def unauthorized(self) -> GatewayError:
         return GatewayError(401, "Incorrect API key provided (unknown or closed LEGO-RL session token).", type="invalid_request_error", code="invalid_api_key")
@@ -237,8 +216,14 @@ async def handle(gw: "Gateway", dialect: Dialect, request: Request) -> Response:
 # --------------------------------------------------------------------------- streaming helpers
 
 
+# Characters json.dumps(ensure_ascii=False) leaves raw that some line splitters treat as line
+# breaks (Python's str.splitlines, JavaScript line terminators): a client splitting the SSE text
+# there would cut a data: line in two. Written as JSON escapes the payload means the same.
+_LINE_BREAKS_IN_JSON = str.maketrans({"\u2028": "\\u2028", "\u2029": "\\u2029", "\x85": "\\u0085"})
+
+
 def sse(data: Any, event: str | None = None) -> bytes:
-    payload = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    payload = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False, separators=(",", ":")).translate(_LINE_BREAKS_IN_JSON)
     head = f"event: {event}\n" if event else ""
     return f"{head}data: {payload}\n\n".encode("utf-8")
 

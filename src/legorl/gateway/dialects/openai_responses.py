@@ -36,7 +36,7 @@ from pydantic import Field, ValidationError
 
 from legorl.errors import InvalidRequestError
 from legorl.gateway.dialects.base import CoreCall, Dialect, GatewayError, Loose, openai_validation_error, split_json_pieces, sse, text_pieces
-from legorl.gateway.renderer import _parse_arguments, normalize_tools
+from legorl.gateway.renderer import normalize_tools, tool_call_message
 
 if TYPE_CHECKING:  # pragma: no cover
     from legorl.gateway.app import Completion, Gateway
@@ -99,7 +99,7 @@ def items_to_messages(items: str | list[dict[str, Any]]) -> list[dict]:
             for f in ("name", "call_id"):
                 if not isinstance(it.get(f), str):
                     raise GatewayError(400, f"Missing required parameter: '{where}.{f}'.", param=f"{where}.{f}", code="missing_required_parameter")
-            call = {"id": it["call_id"], "name": it["name"], "arguments": _parse_arguments(it.get("arguments"))}
+            call = tool_call_message(it["call_id"], it["name"], it.get("arguments"))
             if out and out[-1]["role"] == "assistant":
                 out[-1].setdefault("tool_calls", []).append(call)
             else:
