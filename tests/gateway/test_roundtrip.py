@@ -28,10 +28,10 @@ import httpx
 import httpx2
 import openai
 import pytest
+from gw_helpers import TOOLS_ANTHROPIC, TOOLS_OPENAI, TOOLS_RESPONSES
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gw_helpers import TOOLS_ANTHROPIC, TOOLS_OPENAI, TOOLS_RESPONSES
 from legorl.engines.base import EngineHealth, GenerationResult
 from legorl.gateway.app import Gateway
 from legorl.gateway.renderer import ChatTemplateRenderer
@@ -40,7 +40,7 @@ from legorl.trajectory.builder import build_samples
 
 EOS, IM_START, IM_END = 0, 1, 2
 SECOND_REPLY = "ok"
-N_EXAMPLES = int(os.environ.get("RT_N", "300"))
+N_EXAMPLES = int(os.environ.get("RT_N", "300"))  # per test; RT_N=3000 for a deeper local search
 # derandomize: the same examples on every run (CI must not be flaky); deadline off: the first
 # example pays for warm-up and a loaded CI machine can be slow.
 SETTINGS = settings(max_examples=N_EXAMPLES, derandomize=True, deadline=None, database=None,
