@@ -105,74 +105,74 @@ def _summary(history: list[dict], run_dir: Path) -> None:
     console.print(f"turns+rollouts: {run_dir}/run.sqlite (legorl export {run_dir} --out DIR)  metrics: {run_dir}/metrics.jsonl")
 
 
-@app.command()
-def demo(
-    steps: int = typer.Option(2, help="Training steps."),
-    group_size: int = typer.Option(4, help="Rollouts per task."),
-    tasks_per_step: int = typer.Option(3, help="Tasks per step."),
-    tasks: str = typer.Option(
-        "legorl__trivial-001,legorl__trivial-004,legorl__trivial-010",
-        help="Comma-separated task ids of the trivial suite (empty = all); these are ones SmolLM2-135M "
-        "sometimes solves, so groups have reward variance."),
-    max_turns: int = typer.Option(2, help="Model calls per rollout."),
-    max_tokens: int = typer.Option(384, help="Sampling budget per model call."),
-    run_dir: Path = typer.Option(Path("runs/demo"), help="Run directory."),
-    model: str = typer.Option("smollm2-135m", help="Model name or local directory."),
-    temperature: float = typer.Option(
-        0.4, help="Sampling temperature; the trainer recomputes at the same one. SmolLM2-135M (Q4 GGUF) "
-        "almost never solves a task at 1.0, and a group without reward variance trains nothing."),
-) -> None:
-    """The walking skeleton end to end on the embedded model: trivial tasks, minimal harness, GSPO."""
+def _overrides(set_: list[str], flag: str = "--set") -> dict[str, object]:
+    """``--set key=value`` pairs (JSON values, else strings) as RunConfig.load overrides."""
+    overrides: dict[str, object] = {}
+    for item in set_:
+        key, sep, value = item.partition("=")
+        if not sep:
+            _fail(LegoRLError(f"{flag} expects KEY=VALUE, got {item!r}"))
+        try:
+            overrides[key] = json.loads(value)
+        except json.JSONDecodeError:
+            overrides[key] = value
+    return overrides
+
+
+def _load_config(config: Optional[Path], set_: list[str], **more: object):
     from legorl.config import RunConfig
 
     try:
-        cfg = RunConfig.load(None, steps=steps, group_size=group_size, tasks_per_step=tasks_per_step,
-                             run_dir=str(run_dir), task_ids=[t for t in tasks.split(",") if t],
-                             **{"engine.model": model, "rollout.temperature": temperature,
-                                "rollout.max_turns": max_turns, "rollout.max_tokens_per_turn": max_tokens})
+        return RunConfig.load(config, **{**_overrides(set_), **more})
     except LegoRLError as exc:
         _fail(exc)
-    _summary(_run(cfg), run_dir)
+
+
+_SET_HELP = "Override a field: --set trainer.lr=2e-6 (JSON values; repeatable)."
+
+
+def _train(config: Optional[Path], set_: list[str]) -> None:
+    """``legorl train`` and ``legorl demo``: one code path."""
+    cfg = _load_config(config, set_)
+    _summary(_run(cfg), Path(cfg.run_dir))
+
+
+@app.command()
+def demo(set_: list[str] = typer.Option([], "--set", help=_SET_HELP)) -> None:
+    """Exactly `legorl train --config configs/demo.json`: the walking skeleton end to end on the
+    embedded model (trivial tasks, minimal harness, GSPO)."""
+    from legorl.config import shipped_config
+
+    try:
+        path = shipped_config("demo")
+    except LegoRLError as exc:
+        _fail(exc)
+    _train(path, set_)
 
 
 @app.command()
 def train(
     config: Optional[Path] = typer.Option(None, help="Run config (JSON); see legorl.config.RunConfig."),
-    set_: list[str] = typer.Option([], "--set", help="Override a field: --set trainer.lr=2e-6"),
+    set_: list[str] = typer.Option([], "--set", help=_SET_HELP),
 ) -> None:
     """Train with a config file."""
-    from legorl.config import RunConfig
-
-    overrides = {}
-    for item in set_:
-        key, sep, value = item.partition("=")
-        if not sep:
-            _fail(LegoRLError(f"--set expects KEY=VALUE, got {item!r}"))
-        try:
-            overrides[key] = json.loads(value)
-        except json.JSONDecodeError:
-            overrides[key] = value
-    try:
-        cfg = RunConfig.load(config, **overrides)
-    except LegoRLError as exc:
-        _fail(exc)
-    _summary(_run(cfg), Path(cfg.run_dir))
+    _train(config, set_)
 
 
 @app.command()
 def gateway(
-    model: str = typer.Option("smollm2-135m", help="Model name or local directory."),
-    engine: str = typer.Option("embedded", help="Inference engine."),
+    config: Optional[Path] = typer.Option(None, help="Run config (JSON): its engine section is served."),
+    model: Optional[str] = typer.Option(None, help="Model name or local directory (default: the config's, smollm2-135m)."),
+    engine: Optional[str] = typer.Option(None, help="Inference engine (default: the config's, embedded)."),
     port: int = typer.Option(8000, help="Port on 127.0.0.1."),
     run_dir: Path = typer.Option(Path("runs/gateway"), help="Where Turns are recorded."),
 ) -> None:
     """Serve the gateway on loopback; prints a session token to use as the API key."""
-    from legorl.gateway.server import serve_forever
+    from legorl.loop.stack import serve_gateway
 
-    if engine != "embedded":
-        _fail(LegoRLError(f"unknown engine {engine!r}; available: embedded"))
+    cfg = _load_config(config, [], **{"engine.type": engine, "engine.model": model})
     try:
-        serve_forever(model=model, port=port, run_dir=run_dir, print_fn=console.print)
+        serve_gateway(cfg.engine, port=port, run_dir=run_dir, print_fn=console.print)
     except LegoRLError as exc:
         _fail(exc)
 
@@ -303,35 +303,32 @@ def bench_grader(
 
 @app.command("rollout")
 def rollout_cmd(
-    harness: str = typer.Option("minimal", help="Harness id (see legorl.harnesses.registry)."),
+    config: Optional[Path] = typer.Option(None, help="Run config (JSON): harness, budget, sandbox, grading, engine."),
+    set_: list[str] = typer.Option([], "--set", help=_SET_HELP),
+    harness: Optional[str] = typer.Option(None, help="Harness id (see legorl.harnesses.registry; default: the config's, minimal)."),
     task: str = typer.Option("legorl__trivial-001", help="Task instance id."),
     engine: str = typer.Option("scripted-gold", help="embedded | scripted-gold | scripted-wrong"),
-    model: str = typer.Option("smollm2-135m", help="Model for the embedded engine."),
-    max_turns: int = typer.Option(6, help="Model calls (harness step budget)."),
-    max_tokens: int = typer.Option(512, help="Tokens per model call (scripted engines use at least 4096)."),
-    wall_clock_s: float = typer.Option(600.0, help="Harness time limit."),
-    run_dir: Path = typer.Option(None, help="Where turns/rollout/strace go (default: a temp dir)."),
+    model: Optional[str] = typer.Option(None, help="Model for the embedded engine (default: the config's, smollm2-135m)."),
+    sandbox: Optional[str] = typer.Option(None, help="Sandbox backend: bwrap | podman (default: the config's, bwrap)."),
+    max_turns: Optional[int] = typer.Option(None, help="Model calls (harness step budget; default: the config's, 6 without one)."),
+    max_tokens: Optional[int] = typer.Option(None, help="Tokens per model call (default: the config's; without one 4096 for scripted engines, 512 for embedded)."),
+    wall_clock_s: Optional[float] = typer.Option(None, help="Harness time limit (default: the config's, 600 without one)."),
+    run_dir: Optional[Path] = typer.Option(None, help="Where turns/rollout/strace go (default: the config's run_dir when it names one, else a temp dir)."),
     option: list[str] = typer.Option([], "--option", "-o", help="Harness option key=value (JSON values ok)."),
 ) -> None:
     """Run one rollout of any registered harness on one task and print a summary."""
     import asyncio
 
-    from legorl.harnesses.base import Budget
-    from legorl.loop.single import rollout_once
+    from legorl.loop.single import rollout_once, single_rollout_config
 
-    opts = {}
-    for kv in option:
-        key, _, value = kv.partition("=")
-        try:
-            opts[key] = json.loads(value)
-        except json.JSONDecodeError:
-            opts[key] = value
-    scripted = engine != "embedded"
-    budget = Budget(max_turns=max_turns, max_tokens_per_turn=max(max_tokens, 4096) if scripted else max_tokens,
-                    wall_clock_s=wall_clock_s)
+    flags = {"rollout.harness": harness, "engine.model": model, "rollout.max_turns": max_turns,
+             "rollout.max_tokens_per_turn": max_tokens, "rollout.wall_clock_s": wall_clock_s,
+             "sandbox.type": sandbox, "run_dir": str(run_dir) if run_dir is not None else None}
+    if option:
+        flags["rollout.harness_options"] = _overrides(option, "--option")
     try:
-        single = asyncio.run(rollout_once(harness, task, engine=engine, model=model, run_dir=run_dir,
-                                          budget=budget, harness_options=opts))
+        cfg = single_rollout_config(config, {**_overrides(set_), **flags}, engine=engine)
+        single = asyncio.run(rollout_once(cfg, task, engine=engine))
     except (LegoRLError, ValueError) as exc:
         _fail(exc)
     print(json.dumps(single.summary(), indent=2))
@@ -343,13 +340,14 @@ def bench_rollout(
     task: str = typer.Option("legorl__trivial-001", help="Task instance id."),
     cold: bool = typer.Option(True, "--cold/--no-cold", help="Build the harness layer in an empty cache first."),
     rollouts: int = typer.Option(2, help="Scripted-gold rollouts after the build."),
+    sandbox: str = typer.Option("bwrap", help="Sandbox backend of the rollouts: bwrap | podman."),
     as_json: bool = typer.Option(True, "--json/--no-json", help="Print JSON."),
 ) -> None:
     """Cold (harness layer build) vs warm start of a harness rollout."""
     from legorl.bench.rollout import run_rollout_bench
 
     try:
-        result = run_rollout_bench(harness, task, cold=cold, rollouts=rollouts)
+        result = run_rollout_bench(harness, task, cold=cold, rollouts=rollouts, sandbox=sandbox)
     except (LegoRLError, ValueError) as exc:
         _fail(exc)
     print(json.dumps(result, indent=2) if as_json else result)

@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, field_validator, model_validator
 
 from legorl.errors import ConfigError
+
+# The source checkout's configs/ (next to src/): `legorl demo` is `legorl train --config configs/demo.json`.
+CONFIGS_DIR = Path(__file__).resolve().parents[2] / "configs"
 
 
 class _Strict(BaseModel):
@@ -25,11 +28,8 @@ class EngineConfig(_Strict):
 
 
 class RolloutConfig(_Strict):
-    harness: Literal["minimal", "command", "mini-swe-agent", "openhands", "claude-code", "opencode",
-                     "opencode-responses"] = Field(
-        "minimal", description="Agent program run inside the sandbox (legorl.harnesses.registry).")
+    harness: str = Field("minimal", description="Agent program run inside the sandbox: a name of legorl.harnesses.registry.HARNESS_NAMES.")
     harness_options: dict[str, Any] = Field(default_factory=dict, description="Adapter options (tool sets, step budgets, context limits).")
-    sandbox: Literal["bwrap"] = Field("bwrap", description="Sandbox backend.")
     max_turns: int = Field(3, ge=1, description="Agent steps (model calls) per rollout; the gateway serves max_turns + turn_slack calls in all.")
     max_tokens_per_turn: int = Field(512, ge=1, description="Sampling budget per model call.")
     max_total_tokens: int | None = Field(None, ge=1, description="Generated tokens per rollout, all calls together (the gateway enforces it); null: no limit beyond the calls x max_tokens_per_turn.")
@@ -37,7 +37,58 @@ class RolloutConfig(_Strict):
     max_concurrent_requests: int = Field(8, ge=1, description="Model calls of one rollout in flight at once (more are refused by the gateway).")
     temperature: float = Field(1.0, gt=0, description="Sampling temperature (the trainer applies the same).")
     wall_clock_s: float = Field(900.0, gt=0, description="Harness time limit per rollout.")
-    grade_timeout_s: float = Field(120.0, gt=0, description="Test-run time limit when grading.")
+
+    @field_validator("harness")
+    @classmethod
+    def _known_harness(cls, name: str) -> str:
+        # the registry module imports only the harness protocol (no adapters, nothing of ML)
+        from legorl.harnesses.registry import HARNESS_NAMES
+
+        if name not in HARNESS_NAMES:
+            raise ValueError(f"unknown harness {name!r}; known: {', '.join(HARNESS_NAMES)}")
+        return name
+
+
+class _SandboxLimits(_Strict):
+    type: str  # each backend narrows it to its name (declared here so that it leads a dump)
+    # the same defaults as legorl.sandbox.base.SandboxSpec (tests/test_config.py checks)
+    memory_mb: int = Field(2048, ge=16, description="Memory limit of the agent's sandbox (MiB).")
+    max_pids: int = Field(256, ge=8, description="Process limit of the agent's sandbox.")
+    root: Path | None = Field(None, description="Where sandbox copies live; null: $LEGORL_HOME/sandboxes.")
+
+
+class BwrapSandboxConfig(_SandboxLimits):
+    type: Literal["bwrap"] = Field("bwrap", description="Bubblewrap: a fresh namespace per exec over a copy of the repo.")
+    cgroups: bool = Field(True, description="Per-sandbox pids/memory cgroup when the cgroup filesystem is writable (else rlimits only).")
+    userns: bool | None = Field(None, description="Run as uid 1000 in a user namespace; null: when bwrap can create one.")
+    python: str | None = Field(None, description="Interpreter visible inside (forwarder, graders); null: this process's.")
+    hide: list[Path] = Field(default_factory=list, description="More host paths masked inside every sandbox.")
+
+
+class PodmanSandboxConfig(_SandboxLimits):
+    type: Literal["podman"] = Field("podman", description="Podman (or Docker): one OCI container per sandbox.")
+    executable: Literal["podman", "docker"] = Field("podman", description="Container CLI.")
+    image: str | None = Field(None, description="Run this image instead of the cached debootstrap base (e.g. a SWE-bench image).")
+    runtime: str | None = Field("runc", description="OCI runtime (--runtime); null: the CLI's default.")
+    extra_run_args: list[str] = Field(default_factory=list, description="More arguments for `<executable> run`.")
+
+
+def _sandbox_type(value: Any) -> str | None:
+    # a section without "type" is bwrap's (the default backend): `--set sandbox.memory_mb=512` works alone
+    if isinstance(value, dict):
+        return value.get("type", "bwrap")
+    return getattr(value, "type", None)
+
+
+SandboxConfig = Annotated[Union[Annotated[BwrapSandboxConfig, Tag("bwrap")], Annotated[PodmanSandboxConfig, Tag("podman")]],
+                          Discriminator(_sandbox_type)]
+
+
+class GradingConfig(_Strict):
+    reward_mode: Literal["binary", "partial"] = Field("binary", description="binary: 1 when every FAIL_TO_PASS and PASS_TO_PASS test passes; partial: the fraction passing.")
+    retries: int = Field(1, ge=0, description="Times an environment failure of the grader is retried.")
+    flagged_policy: Literal["zero", "drop"] = Field("zero", description="What a rollout with a blocking grader flag gets: reward 0, or left out of the batch.")
+    timeout_s: float = Field(120.0, gt=0, description="Test-run time limit when grading.")
 
 
 class TrainerConfig(_Strict):
@@ -58,9 +109,10 @@ class RunConfig(_Strict):
     tasks_per_step: int = Field(3, ge=1, description="Distinct tasks per step.")
     group_size: int = Field(4, ge=2, description="Rollouts per task (the GSPO group).")
     seed: int = Field(0, description="Seed for task order and sampling.")
-    flagged_policy: Literal["zero", "drop"] = Field("zero", description="What a rollout with a blocking grader flag gets.")
     engine: EngineConfig = Field(default_factory=EngineConfig)
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+    sandbox: SandboxConfig = Field(default_factory=BwrapSandboxConfig)
+    grading: GradingConfig = Field(default_factory=GradingConfig)
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)
 
     @model_validator(mode="after")
@@ -90,3 +142,12 @@ class RunConfig(_Strict):
         except ValidationError as exc:
             problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
             raise ConfigError(f"invalid run config: {problems}") from None
+
+
+def shipped_config(name: str) -> Path:
+    """``configs/<name>.json`` of the source checkout (what ``legorl demo`` trains with)."""
+    path = CONFIGS_DIR / f"{name}.json"
+    if not path.is_file():
+        raise ConfigError(f"{path} not found: shipped configs live in the source checkout's configs/ "
+                          "(run `legorl train --config <file>` with a config of your own)")
+    return path

@@ -18,12 +18,10 @@ import threading
 
 import pytest
 
+from legorl.config import EngineConfig
 from legorl.engines.base import EngineHealth, GenerationResult
-from legorl.gateway.app import Gateway
-from legorl.gateway.renderer import ChatTemplateRenderer, load_smollm2_gguf_tokenizer
-from legorl.gateway.server import GatewayServer
-from legorl.gateway.sessions import SessionRegistry
-from legorl.trajectory.store import RunStore
+from legorl.gateway.renderer import load_smollm2_gguf_tokenizer
+from legorl.loop.stack import GatewayStack, open_gateway_stack
 
 IM_END = 2
 
@@ -144,23 +142,36 @@ class ScriptedRealEngine:
 
 
 class LiveServer:
-    """A GatewayServer on its own event loop in a background thread."""
+    """A gateway stack served on 127.0.0.1 (no Unix socket), built like a run's
+    (:func:`legorl.loop.stack.open_gateway_stack`) around a test engine, on its own event loop in a
+    background thread. ``.srv`` is the GatewayServer, ``.gw`` the Gateway."""
 
-    def __init__(self, gw: Gateway):
+    def __init__(self, engine, tokenizer, run_dir):
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
-        self.srv = GatewayServer(gw, port=0)
-        asyncio.run_coroutine_threadsafe(self.srv.start(), self.loop).result(30)
+        self._cm = open_gateway_stack(EngineConfig(), engine_instance=engine, tokenizer=tokenizer,
+                                      run_dir=run_dir, unix_socket=False)
+        try:
+            self.stack: GatewayStack = asyncio.run_coroutine_threadsafe(self._cm.__aenter__(), self.loop).result(30)
+        except BaseException:
+            self._stop_loop()
+            raise
+        self.gw, self.srv = self.stack.gateway, self.stack.server
 
     def call(self, fn):
         """Run ``fn()`` on the server's loop (e.g. to set an asyncio.Event)."""
         return self.loop.call_soon_threadsafe(fn)
 
-    def close(self):
-        asyncio.run_coroutine_threadsafe(self.srv.stop(), self.loop).result(30)
+    def _stop_loop(self):
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
+
+    def close(self):
+        try:
+            asyncio.run_coroutine_threadsafe(self._cm.__aexit__(None, None, None), self.loop).result(30)
+        finally:
+            self._stop_loop()
 
 
 @pytest.fixture(scope="session")
@@ -172,9 +183,8 @@ def smol_tok():
 @pytest.fixture
 def fake(smol_tok, tmp_path):
     eng = FakeEngine(smol_tok)
-    gw = Gateway(eng, ChatTemplateRenderer(smol_tok), SessionRegistry(), RunStore(tmp_path / "run"), "smollm2-135m")
-    live = LiveServer(gw)
-    yield gw, eng, live
+    live = LiveServer(eng, smol_tok, tmp_path / "run")
+    yield live.gw, eng, live
     live.close()
 
 
@@ -183,11 +193,10 @@ def real_gw(tmp_path_factory):
     from legorl.engines.embedded import EmbeddedEngine
 
     real = EmbeddedEngine.from_pretrained("smollm2-135m")
-    eng = ScriptedRealEngine(real)
+    eng = ScriptedRealEngine(real)  # its close() leaves the real engine running: shut down below
     d = tmp_path_factory.mktemp("real")
-    gw = Gateway(eng, ChatTemplateRenderer(real.tokenizer), SessionRegistry(), RunStore(d / "run"), "smollm2-135m")
-    live = LiveServer(gw)
-    yield gw, eng, live
+    live = LiveServer(eng, real.tokenizer, d / "run")
+    yield live.gw, eng, live
     live.close()
     real.shutdown()
 

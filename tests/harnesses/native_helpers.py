@@ -1,6 +1,7 @@
 """Shared plumbing for the native-harness tests (Claude Code, OpenCode): real gateway on a Unix
-socket + loopback port, a :class:`ScriptedEngine` (only the model is scripted), the real binary
-inside a bubblewrap sandbox with no network, traced with host-side strace, then the real grader."""
+socket + loopback port (built by :func:`legorl.loop.stack.open_gateway_stack`, as in a run), a
+:class:`ScriptedEngine` (only the model is scripted), the real binary inside a bubblewrap sandbox
+with no network, traced with host-side strace, then the real grader."""
 
 from __future__ import annotations
 
@@ -14,14 +15,12 @@ from pathlib import Path
 
 import pytest
 
+from legorl.config import BwrapSandboxConfig, EngineConfig
 from legorl.engines.scripted import Policy, ScriptedEngine
-from legorl.gateway.app import Gateway
-from legorl.gateway.renderer import ChatTemplateRenderer, load_smollm2_gguf_tokenizer
-from legorl.gateway.server import GatewayServer
-from legorl.gateway.sessions import SessionRegistry
+from legorl.gateway.renderer import load_smollm2_gguf_tokenizer
 from legorl.harnesses.base import Budget, HarnessResult
+from legorl.loop.stack import GatewayStack, open_gateway_stack, sandbox_backend
 from legorl.sandbox.base import SandboxSpec
-from legorl.sandbox.bwrap import BwrapBackend
 from legorl.tasks.loader import get_task
 from legorl.trajectory.builder import build_samples
 from legorl.trajectory.records import Sample, Turn
@@ -61,19 +60,30 @@ def install_layer(harness) -> tuple[tuple[str, str], ...]:
 
 
 class LiveServer:
-    """A GatewayServer on its own event loop in a background thread."""
+    """A served gateway stack (engine, gateway, server on a Unix socket and a loopback port) on its
+    own event loop in a background thread, so the test drives the harness synchronously."""
 
-    def __init__(self, gw: Gateway, uds: str):
+    def __init__(self, engine, tok, *, default_max_tokens: int):
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
-        self.srv = GatewayServer(gw, port=0, uds=uds)
-        asyncio.run_coroutine_threadsafe(self.srv.start(), self.loop).result(30)
+        self._cm = open_gateway_stack(EngineConfig(), engine_instance=engine, tokenizer=tok, model_name="legorl",
+                                      default_max_tokens=default_max_tokens)
+        try:
+            self.stack: GatewayStack = asyncio.run_coroutine_threadsafe(self._cm.__aenter__(), self.loop).result(30)
+        except BaseException:
+            self._stop_loop()
+            raise
 
-    def close(self):
-        asyncio.run_coroutine_threadsafe(self.srv.stop(), self.loop).result(30)
+    def _stop_loop(self):
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
+
+    def close(self):
+        try:
+            asyncio.run_coroutine_threadsafe(self._cm.__aexit__(None, None, None), self.loop).result(30)
+        finally:
+            self._stop_loop()
 
 
 @dataclass
@@ -132,10 +142,9 @@ def run_native(harness, policy: Policy, tmp_path: Path, *, budget: Budget, max_c
     task = get_task(TRIVIAL)
     tok = tokenizer()
     engine = ScriptedEngine(tok, policy, max_context=max_context)
-    gw = Gateway(engine, ChatTemplateRenderer(tok), SessionRegistry(), None, "legorl", default_max_tokens=budget.max_tokens_per_turn)
-    uds = tmp_path / "gw" / "gw.sock"
-    live = LiveServer(gw, str(uds))
-    backend = BwrapBackend(root=tmp_path / "sandboxes")
+    live = LiveServer(engine, tok, default_max_tokens=budget.max_tokens_per_turn)
+    gw, uds = live.stack.gateway, live.stack.uds
+    backend = sandbox_backend(BwrapSandboxConfig(root=tmp_path / "sandboxes"))
     sandbox = None
     try:
         token = gw.open_session("r-native")

@@ -1,6 +1,7 @@
-"""Shared plumbing for the harness end-to-end tests: one full rollout (``legorl.loop.single``) of a
-registered harness through the real gateway, a bubblewrap sandbox without network (traced by a
-host-side strace) and the real grader; only the model is scripted (ScriptedEngine)."""
+"""Shared plumbing for the harness end-to-end tests: one full rollout (``legorl.loop.single``, the
+code path of ``legorl rollout``) of a registered harness through the real gateway, a bubblewrap
+sandbox without network (traced by a host-side strace) and the real grader; only the model is
+scripted (ScriptedEngine)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,16 @@ import shutil
 import pytest
 
 from legorl.harnesses.base import Budget
-from legorl.loop.single import SingleRollout, foreign_connects, rollout_once
+from legorl.loop.single import SingleRollout, foreign_connects, rollout_once, single_rollout_config
 
 TASK = "legorl__trivial-001"
+
+
+def budget_overrides(budget: Budget) -> dict[str, object]:
+    """``budget`` as RunConfig.rollout overrides (the config is what the rollout runs)."""
+    return {f"rollout.{k}": getattr(budget, k) for k in (
+        "max_turns", "max_tokens_per_turn", "wall_clock_s", "temperature", "max_total_tokens",
+        "max_concurrent_requests", "turn_slack")}
 
 
 def need_sandbox() -> None:
@@ -25,8 +33,9 @@ def need_sandbox() -> None:
 def rollout(harness: str, engine: str, tmp_path, *, task: str = TASK, budget: Budget | None = None,
             **options) -> SingleRollout:
     need_sandbox()
-    return asyncio.run(rollout_once(harness, task, engine=engine, run_dir=tmp_path / engine, budget=budget,
-                                    harness_options=options))
+    overrides = {"rollout.harness": harness, "rollout.harness_options": options, "run_dir": str(tmp_path / engine),
+                 **(budget_overrides(budget) if budget is not None else {})}
+    return asyncio.run(rollout_once(single_rollout_config(None, overrides, engine=engine), task, engine=engine))
 
 
 def assert_gateway_only(run: SingleRollout) -> None:

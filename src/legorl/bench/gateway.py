@@ -86,21 +86,18 @@ cfg = json.loads(sys.argv[1])
 if cfg["core"] is not None:
     os.sched_setaffinity(0, {cfg["core"]})
 from legorl.bench.gateway import zero_engine_for
-from legorl.gateway.app import Gateway
-from legorl.gateway.renderer import ChatTemplateRenderer, load_smollm2_gguf_tokenizer
-from legorl.gateway.server import GatewayServer
-from legorl.gateway.sessions import SessionRegistry
-from legorl.trajectory.store import RunStore
+from legorl.config import EngineConfig
+from legorl.gateway.renderer import load_smollm2_gguf_tokenizer
+from legorl.loop.stack import open_gateway_stack
 tok = load_smollm2_gguf_tokenizer()
-gw = Gateway(zero_engine_for(tok, cfg["output_tokens"]), ChatTemplateRenderer(tok), SessionRegistry(),
-             RunStore(cfg["run_dir"], fsync=cfg["fsync"]), "zero")
-for i in range(cfg["sessions"]):
-    gw.open_session(f"bench-{i}", token=f"tok-{i}")
 async def main():
-    srv = GatewayServer(gw, port=cfg["port"], log_level="error")
-    await srv.start()
-    print("READY", flush=True)
-    await asyncio.Event().wait()
+    async with open_gateway_stack(EngineConfig(), engine_instance=zero_engine_for(tok, cfg["output_tokens"]),
+                                  tokenizer=tok, model_name="zero", run_dir=cfg["run_dir"], fsync=cfg["fsync"],
+                                  port=cfg["port"], unix_socket=False, log_level="error") as stack:
+        for i in range(cfg["sessions"]):
+            stack.gateway.open_session(f"bench-{i}", token=f"tok-{i}")
+        print("READY", flush=True)
+        await asyncio.Event().wait()
 asyncio.run(main())
 """
 

@@ -23,16 +23,17 @@ def _pct(values: list[float], q: float) -> float:
 
 
 def run_grader_bench(workers: int = 2, suite: str = "builtin", rounds: int = 1) -> dict:
+    from legorl.config import BwrapSandboxConfig
     from legorl.grading.grader import grade
-    from legorl.sandbox.bwrap import BwrapBackend
+    from legorl.loop.stack import sandbox_backend
+    from legorl.sandbox.base import SandboxSpec
     from legorl.tasks.loader import load_suite
 
     tasks = load_suite(suite)
     with tempfile.TemporaryDirectory(prefix="legorl-bench-grader-") as root:
-        backend = BwrapBackend(root=Path(root))
+        backend = sandbox_backend(BwrapSandboxConfig(root=Path(root)))
         for t in tasks:  # warm the image cache: measure grading, not first-time layer builds
-            backend.create(__import__("legorl.sandbox.base", fromlist=["SandboxSpec"]).SandboxSpec(
-                source_dir=t.source_dir)).destroy()
+            backend.create(SandboxSpec(source_dir=t.source_dir)).destroy()
         jobs = [t for _ in range(rounds) for t in tasks]
         t0 = time.perf_counter()
         with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:

@@ -19,19 +19,20 @@ import time
 from pathlib import Path
 from typing import Any
 
+from legorl.config import RunConfig
 from legorl.harnesses.install import harness_layer
-from legorl.harnesses.registry import get_harness
-from legorl.loop.single import rollout_once
-from legorl.sandbox.bwrap import BwrapBackend
+from legorl.loop.single import rollout_once, single_rollout_config
+from legorl.loop.stack import build_harness, sandbox_backend
+from legorl.sandbox.base import SandboxBackend
 from legorl.sandbox.images import ImageCache, default_cache
 
 TASK = "legorl__trivial-001"
 
 
-def _rollout(harness: str, task: str, backend: BwrapBackend, run_dir: Path, options: dict) -> dict[str, Any]:
+def _rollout(cfg_overrides: dict, task: str, backend: SandboxBackend, run_dir: Path) -> dict[str, Any]:
+    cfg = single_rollout_config(None, {**cfg_overrides, "run_dir": str(run_dir)})
     t0 = time.perf_counter()
-    single = asyncio.run(rollout_once(harness, task, engine="scripted-gold", run_dir=run_dir, backend=backend,
-                                      harness_options=options))
+    single = asyncio.run(rollout_once(cfg, task, engine="scripted-gold", backend=backend))
     total = time.perf_counter() - t0
     r = single.rollout
     store_turns = sorted(t.started_at for t in _turns(run_dir))
@@ -48,9 +49,11 @@ def _turns(run_dir: Path) -> list:
 
 
 def run_rollout_bench(harness: str = "minimal", task: str = TASK, cold: bool = True, rollouts: int = 2,
-                      options: dict | None = None) -> dict[str, Any]:
-    options = options or {}
-    install = get_harness(harness, **options).install
+                      options: dict | None = None, sandbox: str = "bwrap") -> dict[str, Any]:
+    """``sandbox``: the backend type (``RunConfig.sandbox.type``) the rollouts run in."""
+    overrides: dict[str, Any] = {"rollout.harness": harness, "rollout.harness_options": options or {},
+                                 "sandbox.type": sandbox}
+    install = build_harness(RunConfig.load(None, **overrides).rollout).install  # validates it all first
     work = Path(tempfile.mkdtemp(prefix="legorl-bench-rollout-"))
     try:
         cache = ImageCache(work / "images") if cold else default_cache()
@@ -60,11 +63,12 @@ def run_rollout_bench(harness: str = "minimal", task: str = TASK, cold: bool = T
         t0 = time.perf_counter()
         harness_layer(install, cache)
         lookup_s = time.perf_counter() - t0
-        backend = BwrapBackend(root=work / "sandboxes", cache=cache)
-        runs = [_rollout(harness, task, backend, work / f"run{i}", options) for i in range(rollouts)]
+        overrides["sandbox.root"] = str(work / "sandboxes")
+        backend = sandbox_backend(RunConfig.load(None, **overrides).sandbox, cache=cache)
+        runs = [_rollout(overrides, task, backend, work / f"run{i}") for i in range(rollouts)]
         first = runs[0]["first_call_s"] or 0.0
         out = {
-            "harness": harness, "task": task, "install": {"kind": install.kind, "packages": list(install.packages)},
+            "harness": harness, "task": task, "sandbox": sandbox, "install": {"kind": install.kind, "packages": list(install.packages)},
             "layer_bytes": layer.size_bytes if layer is not None else 0,
             "cold_layer_build_s": round(build_s, 3) if cold else None,
             "warm_layer_lookup_s": round(lookup_s, 4),

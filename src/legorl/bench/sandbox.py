@@ -48,8 +48,10 @@ def run_sandbox_bench(backend: str = "bwrap", n: int = 50, concurrency: int = 16
     ``cold_instance_build_s`` (a new 50-file repo, base/env warm), ``throughput`` (sandboxes per
     second completing create+exec+destroy with ``concurrency`` in flight), the cache stats.
     """
+    from legorl.config import BwrapSandboxConfig, PodmanSandboxConfig
+    from legorl.loop.stack import sandbox_backend
     from legorl.sandbox.base import SandboxSpec
-    from legorl.sandbox.images import ImageCache, InstanceRecipe
+    from legorl.sandbox.images import ImageCache, InstanceRecipe, default_cache
 
     tmp = Path(tempfile.mkdtemp(prefix="legorl-bench-", dir=workdir))
     out: dict[str, Any] = {}
@@ -65,18 +67,16 @@ def run_sandbox_bench(backend: str = "bwrap", n: int = 50, concurrency: int = 16
             cache = ImageCache(tmp / f"images-{name}")
             root = tmp / f"sandboxes-{name}"
             if name == "bwrap":
-                from legorl.sandbox.bwrap import BwrapBackend
-                be = BwrapBackend(root=root, cache=cache)
+                be = sandbox_backend(BwrapSandboxConfig(root=root), cache=cache)
                 runs, conc = n, concurrency
             else:
-                from legorl.sandbox.images import default_cache
-                from legorl.sandbox.podman import PodmanBackend
+                box = PodmanSandboxConfig(root=root, executable=name)
                 # the base image lives in the shared cache (built once, minutes); instances are local
-                pbe = PodmanBackend(root=root, executable=name, cache=default_cache())
+                pbe = sandbox_backend(box, cache=default_cache())
                 t0 = time.perf_counter()
                 pbe.base_layer()
                 base_s = time.perf_counter() - t0
-                be = PodmanBackend(root=root, executable=name, cache=cache)
+                be = sandbox_backend(box, cache=cache)
                 be.base_layer()
                 runs, conc = max(5, min(n, 20)), max(2, min(concurrency, 8))
             src = _make_repo(tmp / f"src-{name}")

@@ -10,7 +10,8 @@ Inside a running event loop::
         srv.base_url      # "http://127.0.0.1:<port>/v1"
         srv.uds_path      # the socket path
 
-Blocking (CLI): ``GatewayServer(gw, port=8000).run()`` or :func:`serve_forever`.
+Engine, gateway and server are built together by :func:`legorl.loop.stack.open_gateway_stack`
+(training loop, ``legorl rollout``, ``legorl gateway``: :func:`legorl.loop.stack.serve_gateway`).
 """
 
 from __future__ import annotations
@@ -19,11 +20,10 @@ import asyncio
 import contextlib
 import logging
 import os
-import signal
 import socket
 import stat
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import uvicorn
 
@@ -58,7 +58,6 @@ class GatewayServer:
         port: int | None = 0,
         uds: str | os.PathLike[str] | None = None,
         log_level: str = "warning",
-        print_fn: Callable[[str], Any] | None = None,
     ):
         if port is None and uds is None:
             raise ValueError("need a TCP port (0 = any free one) and/or a Unix socket path")
@@ -66,7 +65,6 @@ class GatewayServer:
         self.requested_port = port
         self.uds_path: Path | None = Path(uds) if uds is not None else None
         self.log_level = log_level
-        self.print_fn = print_fn or (lambda msg: print(msg, flush=True))
         self.port: int | None = None
         self._server: _EmbeddedServer | None = None
         self._task: asyncio.Task | None = None
@@ -168,82 +166,3 @@ class GatewayServer:
 
     async def __aexit__(self, *exc: Any) -> None:
         await self.stop()
-
-    # -- blocking ----------------------------------------------------------------------------
-    def run(self) -> None:
-        """Serve until SIGINT/SIGTERM (blocking; for the CLI); then closes the engine and returns."""
-
-        async def main() -> None:
-            self._sockets = self._bind()
-            self._server = _EmbeddedServer(self._config(), capture=False)
-            server = self._server
-            loop = asyncio.get_running_loop()
-
-            def _stop() -> None:
-                if server.should_exit:
-                    server.force_exit = True
-                server.should_exit = True
-
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                loop.add_signal_handler(sig, _stop)
-            try:
-                if self.port is not None:
-                    self.print_fn(f"  base URL: http://{LOOPBACK}:{self.port}/v1")
-                if self.uds_path is not None:
-                    self.print_fn(f"  unix socket: {self.uds_path}")
-                await self._server.serve(sockets=self._sockets)
-            finally:
-                for s in self._sockets:
-                    s.close()
-                if self.uds_path is not None:
-                    with contextlib.suppress(FileNotFoundError):
-                        self.uds_path.unlink()
-                await self.gateway.engine.close()
-
-        asyncio.run(main())
-
-
-def build_gateway(
-    engine: str = "embedded",
-    model: str = "smollm2-135m",
-    *,
-    run_dir: str | os.PathLike[str] | None = None,
-    default_max_tokens: int = 1024,
-) -> Gateway:
-    """Engine + renderer + sessions + store for ``model`` (only ``engine="embedded"`` for now)."""
-    from legorl.errors import ConfigError
-    from legorl.gateway.renderer import ChatTemplateRenderer
-    from legorl.gateway.sessions import SessionRegistry
-    from legorl.trajectory.store import RunStore
-
-    if engine != "embedded":
-        raise ConfigError(f"engine {engine!r} is not available yet (have: embedded)")
-    from legorl.engines.embedded import EmbeddedEngine
-    from legorl.models.registry import load_tokenizer, resolve_model
-
-    eng = EmbeddedEngine.from_pretrained(model)
-    tok = getattr(eng, "tokenizer", None) or load_tokenizer(resolve_model(model))
-    renderer = ChatTemplateRenderer(tok)
-    store = RunStore(run_dir) if run_dir is not None else None
-    return Gateway(eng, renderer, SessionRegistry(), store, model, default_max_tokens=default_max_tokens)
-
-
-def serve_forever(
-    engine: str = "embedded",
-    model: str = "smollm2-135m",
-    *,
-    port: int | None = 8000,
-    uds: str | os.PathLike[str] | None = None,
-    run_dir: str | os.PathLike[str] | None = None,
-    token: str | None = None,
-    rollout_id: str = "cli",
-    log_level: str = "info",
-    print_fn: Callable[[str], Any] | None = None,
-) -> None:
-    """For ``legorl gateway --engine embedded --model smollm2-135m --port 8000``: build the gateway,
-    open one session (``token`` or a random one, printed) and serve until interrupted."""
-    gw = build_gateway(engine, model, run_dir=run_dir)
-    tok = gw.open_session(rollout_id, token=token)
-    srv = GatewayServer(gw, port=port, uds=uds, log_level=log_level, print_fn=print_fn)
-    srv.print_fn(f"LEGO-RL gateway: model={gw.model_name} session={gw.session(tok).session_id} api key={tok}")
-    srv.run()

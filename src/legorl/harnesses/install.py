@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from legorl.harnesses.base import HarnessInstall
+from legorl.settings import legorl_home
 from legorl.sandbox.images import (
     ImageBuildError,
     ImageCache,
@@ -42,10 +43,6 @@ RECIPE_VERSION = 1
 # How many times a package manager ran in this process (tests assert the warm path adds none).
 BUILD_COUNTER = {"npm": 0, "pip": 0}
 _counter_lock = threading.Lock()
-
-
-def _legorl_home() -> Path:
-    return Path(os.environ.get("LEGORL_HOME") or Path.home() / ".cache" / "legorl").expanduser()
 
 
 def find_python(spec: str | None) -> str:
@@ -112,7 +109,7 @@ def _build_npm(install: HarnessInstall, dest: Path) -> dict[str, Any]:
     if not npm:
         raise ImageBuildError("npm is not installed on the host (apt-get install -y nodejs npm)", step="find npm")
     dest.mkdir(parents=True)
-    cache = _legorl_home() / "npm-cache"
+    cache = legorl_home() / "npm-cache"
     cache.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "npm_config_cache": str(cache), "npm_config_update_notifier": "false",
            "npm_config_fund": "false", "npm_config_audit": "false"}
@@ -149,7 +146,7 @@ def _build_venv(install: HarnessInstall, dest: Path) -> dict[str, Any]:
     venv = dest / "venv"
     run_step("venv", [py, "-m", "venv", str(venv)], cwd=dest, timeout=600)
     pip_env = {**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_INPUT": "1",
-               "PIP_CACHE_DIR": str(_legorl_home() / "pip-cache")}
+               "PIP_CACHE_DIR": str(legorl_home() / "pip-cache")}
     pip_env.pop("PYTHONPATH", None)
     pip_env.pop("VIRTUAL_ENV", None)
     if install.packages:

@@ -19,8 +19,9 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from legorl.config import GradingConfig
 from legorl.errors import SandboxError
 from legorl.gateway.app import Gateway
 from legorl.gateway.sessions import SessionBudget, SessionReport
@@ -43,10 +44,9 @@ class RolloutContext:
     backend: SandboxBackend
     harness: Harness
     budget: Budget
-    grade_timeout_s: float = 120.0
-    flagged_policy: str = "zero"  # RunConfig.flagged_policy: "zero" | "drop"
-    reward_mode: str = "binary"  # "binary" | "partial" (see legorl.grading.grader.grade)
-    grade_retries: int = 1  # env failures of the grader are retried this many times
+    grading: GradingConfig = field(default_factory=GradingConfig)  # RunConfig.grading
+    memory_mb: int = 2048  # RunConfig.sandbox.memory_mb: the agent's sandbox
+    max_pids: int = 256  # RunConfig.sandbox.max_pids
     trace_dir: str | None = None  # keep each rollout's host-side strace here (<sandbox>.strace); None: discard
 
 
@@ -96,7 +96,8 @@ async def _run_in_sandbox(ctx: RolloutContext, task: Task, token: str, rollout: 
 async def _run_with_layers(ctx: RolloutContext, task: Task, token: str, rollout: Rollout,
                            layers: tuple[tuple[str, str], ...]) -> None:
     spec = SandboxSpec(source_dir=task.source_dir, gateway_socket=ctx.gateway_socket,
-                       gateway_port=GATEWAY_PORT_IN_SANDBOX, extra_layers=layers)
+                       gateway_port=GATEWAY_PORT_IN_SANDBOX, memory_mb=ctx.memory_mb, max_pids=ctx.max_pids,
+                       extra_layers=layers)
     try:
         sandbox = await asyncio.to_thread(ctx.backend.create, spec)
     except SandboxError as exc:
@@ -151,11 +152,11 @@ async def _run_with_layers(ctx: RolloutContext, task: Task, token: str, rollout:
         rollout.status, rollout.cause = "harness_error", f"harness exit code {result.exit_code}" + (
             f": {detail}" if detail else "")
         return
+    g = ctx.grading
     try:
         report = await asyncio.to_thread(
-            lambda: grade(task, rollout.diff, ctx.backend, ctx.grade_timeout_s, extra_flags=during,
-                          flagged_policy=ctx.flagged_policy, reward_mode=ctx.reward_mode,
-                          retries=ctx.grade_retries))
+            lambda: grade(task, rollout.diff, ctx.backend, g.timeout_s, extra_flags=during,
+                          flagged_policy=g.flagged_policy, reward_mode=g.reward_mode, retries=g.retries))
     except SandboxError as exc:
         report = GraderReport(resolved=False, reward=0.0, status="env_failure", cause=f"grader: {exc}",
                               flag_details=during, flags=[f.label for f in during])

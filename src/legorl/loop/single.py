@@ -1,34 +1,51 @@
 """One rollout of any registered harness on one task, outside a training run (``legorl rollout``).
 
-Engines: ``embedded`` (the real model), ``scripted-gold`` / ``scripted-wrong`` (a ScriptedEngine whose
-policy makes the harness apply the gold fix, or a wrong one: see :mod:`legorl.harnesses.scripted`).
-Everything else is real: harness program in a bubblewrap sandbox with no network, gateway, grader.
-Turns and the rollout go to ``run_dir``; the host-side strace of the harness to ``run_dir/traces``.
+It runs what a :class:`~legorl.config.RunConfig` says (harness and budget from ``rollout``, the
+sandbox backend from ``sandbox``, grading from ``grading``, the model from ``engine``), through the
+same builders as the training loop (:mod:`legorl.loop.stack`). Engines: ``embedded`` (the model of
+``cfg.engine``), ``scripted-gold`` / ``scripted-wrong`` (a ScriptedEngine whose policy makes the
+harness apply the gold fix, or a wrong one: see :mod:`legorl.harnesses.scripted`). Everything else
+is real: harness program in a network-less sandbox, gateway, grader. Turns, the rollout and the
+resolved config go to ``cfg.run_dir``; the host-side strace of the harness to ``run_dir/traces``.
 """
 
 from __future__ import annotations
 
 import re
-import shutil
 import tempfile
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
-from legorl.gateway.app import Gateway, SamplingPolicy
-from legorl.gateway.renderer import ChatTemplateRenderer
-from legorl.gateway.server import GatewayServer
-from legorl.gateway.sessions import SessionRegistry
-from legorl.harnesses.base import Budget
-from legorl.harnesses.registry import get_harness
-from legorl.loop.rollout import GATEWAY_PORT_IN_SANDBOX, RolloutContext, run_rollout
-from legorl.sandbox.bwrap import BwrapBackend
+from legorl.config import RunConfig
+from legorl.loop.rollout import GATEWAY_PORT_IN_SANDBOX, run_rollout
+from legorl.loop.stack import build_harness, open_gateway_stack, rollout_context, sandbox_backend
+from legorl.sandbox.base import SandboxBackend
 from legorl.tasks.loader import get_task
 from legorl.trajectory.records import Rollout
-from legorl.trajectory.store import RunStore
 
 ENGINES = ("embedded", "scripted-gold", "scripted-wrong")
+# One rollout without a config file: more agent steps and a shorter limit than RunConfig's training
+# defaults; a scripted "model" also gets room for its longest reply (a whole file, a base64 fix).
+SINGLE_ROLLOUT_DEFAULTS: dict[str, object] = {"rollout.max_turns": 6, "rollout.wall_clock_s": 600.0}
+SCRIPTED_DEFAULTS: dict[str, object] = {"rollout.max_tokens_per_turn": 4096}
+
+
+def single_rollout_config(config: Path | str | None = None, overrides: Mapping[str, object] | None = None, *,
+                          engine: str = "scripted-gold") -> RunConfig:
+    """The RunConfig ``legorl rollout`` runs: the config file as written (without one:
+    SINGLE_ROLLOUT_DEFAULTS, and SCRIPTED_DEFAULTS for a scripted engine), then ``overrides``
+    (dotted keys; None values are skipped). ``run_dir``: the overrides', else the file's when it
+    names one, else a fresh temporary directory (never RunConfig's default, a training run's)."""
+    base: dict[str, object] = {}
+    if config is None:
+        base = {**SINGLE_ROLLOUT_DEFAULTS, **(SCRIPTED_DEFAULTS if engine != "embedded" else {})}
+    given = {k: v for k, v in (overrides or {}).items() if v is not None}  # None: not given, base stands
+    cfg = RunConfig.load(Path(config) if config is not None else None, **{**base, **given})
+    if "run_dir" not in cfg.model_fields_set:
+        cfg = cfg.model_copy(update={"run_dir": Path(tempfile.mkdtemp(prefix="legorl-rollout-"))})
+    return cfg
 
 
 @dataclass
@@ -85,53 +102,35 @@ def foreign_connects(connects: list[str], port: int = GATEWAY_PORT_IN_SANDBOX) -
     return [c for c in connects if not (c in ok or c.startswith("AF_UNIX"))]
 
 
-async def rollout_once(harness_name: str, task_id: str, *, engine: str = "scripted-gold", model: str = "smollm2-135m",
-                       run_dir: Path | str | None = None, budget: Budget | None = None,
-                       harness_options: dict[str, Any] | None = None, backend: BwrapBackend | None = None,
-                       max_tokens: int = 4096) -> SingleRollout:
+async def rollout_once(cfg: RunConfig, task_id: str, *, engine: str = "scripted-gold",
+                       backend: SandboxBackend | None = None) -> SingleRollout:
+    """One rollout of ``cfg.rollout.harness`` on ``task_id``. ``backend``: a sandbox backend other
+    than the one ``cfg.sandbox`` describes (benchmarks with a private image cache)."""
     if engine not in ENGINES:
         raise ValueError(f"unknown engine {engine!r}; known: {', '.join(ENGINES)}")
-    harness = get_harness(harness_name, **(harness_options or {}))
+    harness = build_harness(cfg.rollout)
     task = get_task(task_id)
-    budget = budget or Budget(max_turns=6, max_tokens_per_turn=max_tokens, wall_clock_s=600.0)
-    run_dir = Path(run_dir or tempfile.mkdtemp(prefix="legorl-rollout-"))
+    run_dir = Path(cfg.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    scripted = None
-    if engine == "embedded":
-        from legorl.engines.embedded import EmbeddedEngine
-        from legorl.models.registry import load_tokenizer, resolve_model
-
-        path = resolve_model(model)
-        tok = load_tokenizer(path)
-        eng = EmbeddedEngine.from_pretrained(str(path))
-        policy = SamplingPolicy(temperature=budget.temperature, max_tokens=budget.max_tokens_per_turn)
-    else:
+    (run_dir / "config.json").write_text(cfg.model_dump_json(indent=2))
+    backend = backend or sandbox_backend(cfg.sandbox)
+    scripted = tok = None
+    if engine != "embedded":
         from legorl.engines.scripted import ScriptedEngine
         from legorl.gateway.renderer import load_smollm2_gguf_tokenizer
         from legorl.harnesses.scripted import gold_policy
 
         tok = load_smollm2_gguf_tokenizer()
         # a scripted "model" may need a long context: the harness's own prompts are not ours to cut
-        eng = scripted = ScriptedEngine(tok, gold_policy(harness, task, wrong=engine == "scripted-wrong"),
-                                        max_context=262144)
-        policy = SamplingPolicy(temperature=1.0, max_tokens=max_tokens)
-    store = RunStore(run_dir)
-    gateway = Gateway(eng, ChatTemplateRenderer(tok), SessionRegistry(), store, model_name=model,
-                      sampling_policy=policy)
-    sock_dir = Path(tempfile.mkdtemp(prefix="legorl-gw-"))  # Unix socket paths are short
+        scripted = ScriptedEngine(tok, gold_policy(harness, task, wrong=engine == "scripted-wrong"),
+                                  max_context=262144)
     trace_dir = run_dir / "traces"
     trace_dir.mkdir(exist_ok=True)
-    try:
-        async with GatewayServer(gateway, port=0, uds=str(sock_dir / "gw.sock")) as server:
-            ctx = RolloutContext(gateway, server.uds, backend or BwrapBackend(), harness, budget,
-                                 trace_dir=str(trace_dir))
-            rollout = await run_rollout(ctx, task)
-        store.append_rollout(rollout)
-    finally:
-        shutil.rmtree(sock_dir, ignore_errors=True)
-        close = getattr(eng, "close", None)
-        if close is not None:
-            await close()
+    async with open_gateway_stack(cfg.engine, rollout=cfg.rollout, run_dir=run_dir, engine_instance=scripted,
+                                  tokenizer=tok) as stack:
+        ctx = rollout_context(cfg, stack, backend, harness, trace_dir=trace_dir)
+        rollout = await run_rollout(ctx, task)
+        stack.store.append_rollout(rollout)
     traces = sorted(trace_dir.glob("*.strace"))
     text = "".join(p.read_text(errors="replace") for p in traces)
     return SingleRollout(rollout, connects_from_trace(text), traces[0] if traces else None,

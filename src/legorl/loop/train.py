@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-import shutil
-import tempfile
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -16,21 +14,13 @@ import torch
 
 from legorl.config import RunConfig
 from legorl.errors import ConfigError
-from legorl.engines.embedded import EmbeddedEngine
-from legorl.gateway.app import Gateway, SamplingPolicy
-from legorl.gateway.renderer import ChatTemplateRenderer
-from legorl.gateway.server import GatewayServer
-from legorl.gateway.sessions import SessionRegistry
-from legorl.harnesses.base import Budget
-from legorl.harnesses.registry import get_harness
 from legorl.loop.batch import assemble_batch
-from legorl.loop.rollout import RolloutContext, run_rollout
-from legorl.models.registry import load_model, load_tokenizer, resolve_model
+from legorl.loop.rollout import run_rollout
+from legorl.loop.stack import build_harness, open_gateway_stack, rollout_context, sandbox_backend
+from legorl.models.registry import load_model
 from legorl.observe.metrics import MetricsLogger
-from legorl.sandbox.bwrap import BwrapBackend
 from legorl.tasks.loader import load_suite
 from legorl.trajectory.records import Rollout
-from legorl.trajectory.store import RunStore
 from legorl.training.trainer import Trainer
 
 
@@ -41,30 +31,18 @@ async def train(cfg: RunConfig, on_step=None) -> list[dict[str, Any]]:
     asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=64))
     random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
-
-    model_path = resolve_model(cfg.engine.model)
-    tokenizer = load_tokenizer(model_path)
-    engine = EmbeddedEngine.from_pretrained(str(model_path), max_batch_size=cfg.engine.max_batch_size)
-    trainer = Trainer(load_model(model_path), cfg.trainer, temperature=cfg.rollout.temperature)
-    store = RunStore(run_dir)
-    # The gateway samples exactly as the trainer assumes, whatever the harness asks for.
-    policy = SamplingPolicy(temperature=cfg.rollout.temperature, max_tokens=cfg.rollout.max_tokens_per_turn)
-    gateway = Gateway(engine, ChatTemplateRenderer(tokenizer), SessionRegistry(), store,
-                      model_name=cfg.engine.model, sampling_policy=policy)
-    metrics_log = MetricsLogger(run_dir)
     tasks = select_tasks(load_suite(cfg.suite), cfg.task_ids)
     rng = random.Random(cfg.seed)
-    budget = Budget(cfg.rollout.max_turns, cfg.rollout.max_tokens_per_turn, cfg.rollout.wall_clock_s,
-                    cfg.rollout.temperature, max_total_tokens=cfg.rollout.max_total_tokens,
-                    max_concurrent_requests=cfg.rollout.max_concurrent_requests, turn_slack=cfg.rollout.turn_slack)
-    # Unix socket paths are limited to ~108 bytes: keep the socket in a short private dir.
-    sock_dir = Path(tempfile.mkdtemp(prefix="legorl-gw-"))
+    harness = build_harness(cfg.rollout)
+    backend = sandbox_backend(cfg.sandbox)
+    metrics_log = MetricsLogger(run_dir)
     history: list[dict[str, Any]] = []
     try:
-        async with GatewayServer(gateway, port=0, uds=str(sock_dir / "gw.sock")) as server:
-            harness = get_harness(cfg.rollout.harness, **cfg.rollout.harness_options)
-            ctx = RolloutContext(gateway, server.uds, BwrapBackend(), harness, budget,
-                                 cfg.rollout.grade_timeout_s, flagged_policy=cfg.flagged_policy)
+        # The gateway samples exactly as the trainer assumes (rollout=...), whatever the harness asks for.
+        async with open_gateway_stack(cfg.engine, rollout=cfg.rollout, run_dir=run_dir) as stack:
+            engine, store = stack.engine, stack.store
+            trainer = Trainer(load_model(stack.model_path), cfg.trainer, temperature=cfg.rollout.temperature)
+            ctx = rollout_context(cfg, stack, backend, harness)
             for step in range(cfg.steps):
                 t0 = time.perf_counter()
                 chosen = rng.sample(tasks, min(cfg.tasks_per_step, len(tasks)))
@@ -74,7 +52,7 @@ async def train(cfg: RunConfig, on_step=None) -> list[dict[str, Any]]:
                 for r in rollouts:  # on disk before anything trains on them
                     store.append_rollout(r)
                 t_rollout = time.perf_counter() - t0
-                batch = assemble_batch(rollouts, cfg.flagged_policy)
+                batch = assemble_batch(rollouts, cfg.grading.flagged_policy)
                 metrics = await asyncio.to_thread(trainer.step, batch.samples, batch.monitor)
                 if metrics["train/updated"]:
                     await engine.update_weights(trainer.state_dict(), version=trainer.version)
@@ -89,8 +67,6 @@ async def train(cfg: RunConfig, on_step=None) -> list[dict[str, Any]]:
                     on_step(step, metrics)
     finally:
         metrics_log.close()
-        await engine.close()
-        shutil.rmtree(sock_dir, ignore_errors=True)
     return history
 
 

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from legorl.errors import ModelError
+from legorl.settings import legorl_home
 
 log = logging.getLogger(__name__)
 
@@ -68,10 +69,6 @@ KNOWN_MODELS: dict[str, ModelSpec] = {
 def _offline() -> None:
     os.environ["HF_HUB_OFFLINE"] = "1"
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-
-
-def legorl_home() -> Path:
-    return Path(os.environ.get("LEGORL_HOME") or Path.home() / ".cache" / "legorl").expanduser()
 
 
 def models_dir() -> Path:

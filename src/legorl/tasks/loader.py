@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from legorl.errors import LegoRLError, TaskError
+from legorl.settings import legorl_home
 from legorl.tasks.model import Task
 
 BUILTIN_SUITES_DIR = Path(__file__).resolve().parent / "suites"
@@ -131,8 +132,7 @@ def load_task_dir(task_dir: Path) -> Task:
 
 def task_sources_root() -> Path:
     """Where materialised task repositories live: ``$LEGORL_HOME/tasks/sources``."""
-    home = Path(os.environ.get("LEGORL_HOME") or Path.home() / ".cache" / "legorl").expanduser()
-    return home / "tasks" / "sources"
+    return legorl_home() / "tasks" / "sources"
 
 
 def materialize_source(base: Path, patch: str, name: str = "task") -> Path:

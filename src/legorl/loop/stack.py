@@ -1,0 +1,230 @@
+"""What a :class:`~legorl.config.RunConfig` describes, built in one place.
+
+The training loop (``legorl train``/``demo``), one rollout (``legorl rollout``), the standalone
+gateway (``legorl gateway``) and the tests all serve an engine the same way::
+
+    async with open_gateway_stack(cfg.engine, rollout=cfg.rollout, run_dir=run_dir) as stack:
+        stack.gateway      # Gateway: renderer, sessions, run store, training sampling policy
+        stack.uds          # the Unix socket sandboxes bind-mount (a short private dir)
+        stack.base_url     # http://127.0.0.1:<port>/v1
+
+On leaving, always: the server stops, the engine is closed (an ``engine`` passed in too: the stack
+serves it, so the stack closes it), the socket's directory is removed.
+
+Around it: :func:`sandbox_backend` (``cfg.sandbox``), :func:`build_harness` and
+:func:`rollout_budget` (``cfg.rollout``), and :func:`rollout_context`, which joins them with
+``cfg.grading`` into the :class:`~legorl.loop.rollout.RolloutContext` every rollout runs in.
+
+Heavy modules (torch, transformers, uvicorn) are imported only when something is built.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shutil
+import signal
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable
+
+from legorl.config import BwrapSandboxConfig, EngineConfig, PodmanSandboxConfig, RolloutConfig, RunConfig
+from legorl.errors import ConfigError
+from legorl.settings import settings
+
+if TYPE_CHECKING:
+    from legorl.engines.base import Engine
+    from legorl.gateway.app import Gateway, SamplingPolicy
+    from legorl.gateway.renderer import ChatTemplateRenderer
+    from legorl.gateway.server import GatewayServer
+    from legorl.gateway.sessions import SessionRegistry
+    from legorl.harnesses.base import Budget, Harness
+    from legorl.loop.rollout import RolloutContext
+    from legorl.sandbox.base import SandboxBackend
+    from legorl.sandbox.images import ImageCache
+    from legorl.trajectory.store import RunStore
+
+# A Unix socket path must fit in sun_path (108 bytes on Linux); the socket is <dir>/gw.sock.
+_MAX_SOCKET_PATH = 100
+
+
+@dataclass
+class GatewayStack:
+    engine: "Engine"
+    tokenizer: Any
+    renderer: "ChatTemplateRenderer"
+    sessions: "SessionRegistry"
+    store: "RunStore | None"
+    gateway: "Gateway"
+    server: "GatewayServer"
+    model_path: Path | None  # the resolved model directory (None when an engine instance was passed)
+    socket_dir: Path | None
+
+    @property
+    def uds(self) -> str | None:
+        """The Unix socket sandboxes bind-mount (None: TCP only)."""
+        return self.server.uds
+
+    @property
+    def base_url(self) -> str:
+        return self.server.base_url
+
+
+def training_sampling(rollout: RolloutConfig) -> "SamplingPolicy":
+    """The sampling the trainer assumes: the gateway applies it whatever the harness asks for."""
+    from legorl.gateway.app import SamplingPolicy
+
+    return SamplingPolicy(temperature=rollout.temperature, max_tokens=rollout.max_tokens_per_turn)
+
+
+def load_engine(cfg: EngineConfig) -> tuple["Engine", Path]:
+    """The engine ``cfg`` names and the model directory it loaded."""
+    if cfg.type != "embedded":  # the config's Literal admits only what is built here
+        raise ConfigError(f"engine type {cfg.type!r} is not available (have: embedded)")
+    from legorl.engines.embedded import EmbeddedEngine
+    from legorl.models.registry import resolve_model
+
+    path = resolve_model(cfg.model)
+    return EmbeddedEngine.from_pretrained(str(path), max_batch_size=cfg.max_batch_size), path
+
+
+def _socket_dir() -> Path:
+    d = Path(tempfile.mkdtemp(prefix="legorl-gw-"))
+    if len(str(d / "gw.sock")) > _MAX_SOCKET_PATH:  # a long $TMPDIR
+        d.rmdir()
+        d = Path(tempfile.mkdtemp(prefix="legorl-gw-", dir="/tmp"))
+    return d
+
+
+@contextlib.asynccontextmanager
+async def open_gateway_stack(
+    engine: EngineConfig,
+    *,
+    rollout: RolloutConfig | None = None,
+    run_dir: str | Path | None = None,
+    engine_instance: "Engine | None" = None,
+    tokenizer: Any = None,
+    model_name: str | None = None,
+    default_max_tokens: int = 1024,
+    port: int | None = 0,
+    unix_socket: bool = True,
+    fsync: bool = False,
+    log_level: str = "warning",
+) -> AsyncIterator[GatewayStack]:
+    """Engine, renderer, sessions, run store and gateway, served on 127.0.0.1:``port`` (0: any free
+    port; None: none) and, with ``unix_socket``, on a socket in a fresh short private directory.
+
+    ``rollout``: sample as the trainer assumes (:func:`training_sampling`); None serves what each
+    request asks for. ``run_dir``: record every call there (None: no store). ``engine_instance``
+    replaces the engine ``engine`` describes (scripted and fake engines); its tokenizer is
+    ``tokenizer`` or its ``tokenizer`` attribute. ``model_name``: what the gateway answers as the
+    model (default ``engine.model``)."""
+    from legorl.gateway.app import Gateway
+    from legorl.gateway.renderer import ChatTemplateRenderer
+    from legorl.gateway.server import GatewayServer
+    from legorl.gateway.sessions import SessionRegistry
+    from legorl.trajectory.store import RunStore
+
+    eng = engine_instance
+    model_path: Path | None = None
+    socket_dir: Path | None = None
+    try:
+        if eng is None:
+            eng, model_path = load_engine(engine)
+        tok = tokenizer if tokenizer is not None else getattr(eng, "tokenizer", None)
+        if tok is None:
+            raise ConfigError("the engine instance has no tokenizer attribute: pass tokenizer=")
+        renderer = ChatTemplateRenderer(tok)
+        sessions = SessionRegistry()
+        store = RunStore(run_dir, fsync=fsync) if run_dir is not None else None
+        gateway = Gateway(eng, renderer, sessions, store, model_name or engine.model,
+                          default_max_tokens=default_max_tokens,
+                          sampling_policy=training_sampling(rollout) if rollout is not None else None)
+        if unix_socket:
+            socket_dir = _socket_dir()
+        server = GatewayServer(gateway, port=port, uds=str(socket_dir / "gw.sock") if socket_dir else None,
+                               log_level=log_level)
+        async with server:
+            yield GatewayStack(eng, tok, renderer, sessions, store, gateway, server, model_path, socket_dir)
+    finally:
+        try:
+            close = getattr(eng, "close", None)
+            if close is not None:
+                await close()
+        finally:
+            if socket_dir is not None:
+                shutil.rmtree(socket_dir, ignore_errors=True)
+
+
+def serve_gateway(engine: EngineConfig, *, port: int | None = 8000, run_dir: str | Path | None = None,
+                  token: str | None = None, rollout_id: str = "cli", log_level: str = "info",
+                  print_fn: Callable[[str], Any] = print) -> None:
+    """``legorl gateway``: serve ``engine`` on 127.0.0.1:``port`` with one open session (``token``
+    or a fresh one, printed as the API key) until SIGINT/SIGTERM."""
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        async with open_gateway_stack(engine, run_dir=run_dir, port=port, unix_socket=False,
+                                      log_level=log_level) as stack:
+            gw = stack.gateway
+            api_key = gw.open_session(rollout_id, token=token)
+            print_fn(f"LEGO-RL gateway: model={gw.model_name} session={gw.session(api_key).session_id} "
+                     f"api key={api_key}")
+            print_fn(f"  base URL: {stack.base_url}")
+            await stop.wait()
+
+    asyncio.run(main())
+
+
+def sandbox_backend(cfg: BwrapSandboxConfig | PodmanSandboxConfig, *, cache: "ImageCache | None" = None) -> "SandboxBackend":
+    """The backend ``cfg`` (``RunConfig.sandbox``) describes; ``cache``: an image cache other than the
+    shared one of ``$LEGORL_HOME`` (benchmarks measuring cold builds)."""
+    if isinstance(cfg, BwrapSandboxConfig):
+        from legorl.sandbox.bwrap import BwrapBackend
+
+        machine = settings()
+        return BwrapBackend(root=cfg.root, hide=tuple(cfg.hide), python=cfg.python, cache=cache,
+                            cgroups=cfg.cgroups and machine.cgroups_enabled,
+                            userns=False if not machine.bwrap_userns else cfg.userns)
+    if isinstance(cfg, PodmanSandboxConfig):
+        from legorl.sandbox.podman import PodmanBackend
+
+        return PodmanBackend(root=cfg.root, cache=cache, executable=cfg.executable, image=cfg.image,
+                             runtime=cfg.runtime, extra_run_args=tuple(cfg.extra_run_args))
+    raise ConfigError(f"unknown sandbox config {cfg!r}")
+
+
+def build_harness(rollout: RolloutConfig) -> "Harness":
+    from legorl.harnesses.registry import get_harness
+
+    return get_harness(rollout.harness, **rollout.harness_options)
+
+
+def rollout_budget(rollout: RolloutConfig) -> "Budget":
+    from legorl.harnesses.base import Budget
+
+    return Budget(max_turns=rollout.max_turns, max_tokens_per_turn=rollout.max_tokens_per_turn,
+                  wall_clock_s=rollout.wall_clock_s, temperature=rollout.temperature,
+                  max_total_tokens=rollout.max_total_tokens,
+                  max_concurrent_requests=rollout.max_concurrent_requests, turn_slack=rollout.turn_slack)
+
+
+def rollout_context(cfg: RunConfig, stack: GatewayStack, backend: "SandboxBackend", harness: "Harness", *,
+                    trace_dir: str | Path | None = None) -> "RolloutContext":
+    """Everything a rollout of ``cfg`` needs: the served gateway, the sandbox backend and limits,
+    the harness and its budget, the grading policy."""
+    from legorl.loop.rollout import RolloutContext
+
+    if stack.uds is None:
+        raise ConfigError("rollouts need the gateway's Unix socket: open the stack with unix_socket=True")
+    return RolloutContext(stack.gateway, stack.uds, backend, harness, rollout_budget(cfg.rollout),
+                          grading=cfg.grading, memory_mb=cfg.sandbox.memory_mb, max_pids=cfg.sandbox.max_pids,
+                          trace_dir=str(trace_dir) if trace_dir is not None else None)
+
+
+__all__ = ["GatewayStack", "build_harness", "load_engine", "open_gateway_stack", "rollout_budget",
+           "rollout_context", "sandbox_backend", "serve_gateway", "training_sampling"]
