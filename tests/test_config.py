@@ -6,7 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from legorl.config import CONFIGS_DIR, BwrapSandboxConfig, PodmanSandboxConfig, RunConfig, shipped_config
+from legorl.config import (
+    CONFIGS_DIR,
+    BwrapSandboxConfig,
+    PodmanSandboxConfig,
+    RunConfig,
+    shipped_config,
+)
 from legorl.errors import ConfigError
 from legorl.harnesses.registry import HARNESS_NAMES
 from legorl.sandbox.base import SandboxSpec

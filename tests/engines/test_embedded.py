@@ -10,7 +10,12 @@ import torch
 
 from legorl.engines.base import Engine, SamplingParams
 from legorl.engines.embedded import EmbeddedEngine, sample_token
-from legorl.errors import ContextLengthError, EngineError, EngineOverloadedError, InvalidRequestError
+from legorl.errors import (
+    ContextLengthError,
+    EngineError,
+    EngineOverloadedError,
+    InvalidRequestError,
+)
 from legorl.training.logprobs import compute_token_logprobs
 
 pytestmark = pytest.mark.slow
@@ -222,7 +227,6 @@ async def test_update_weights(engine, prompts):
 
 
 async def test_close_fails_pending():
-    from legorl.models.registry import load_tokenizer
 
     # tiny engine sharing nothing with the module fixture: a random 2-layer Llama
     from transformers import LlamaConfig, LlamaForCausalLM

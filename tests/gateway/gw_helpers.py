@@ -215,9 +215,10 @@ def pearson(a, b) -> float:
 def check_samples_exact(gw, token, rid, expect_samples: int = 1):
     """The built Samples hold 100% of the sampled ids in order; recomputed logprobs (fp32, the
     engine's model) correlate ≥ 0.9999 with the recorded ones at loss-mask positions."""
-    from legorl.trajectory.builder import build_samples
-    from legorl.training.logprobs import compute_token_logprobs
     import torch
+
+    from legorl.training.logprobs import compute_token_logprobs
+    from legorl.trajectory.builder import build_samples
 
     turns = [t for t in gw.session_turns(token) if not t.failed]
     samples = build_samples(turns, rid)

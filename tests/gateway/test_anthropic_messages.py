@@ -7,8 +7,8 @@ import json
 import anthropic
 import httpx
 import pytest
-
 from gw_helpers import SAMPLED_CALLS, TOOLS_ANTHROPIC, check_samples_exact
+
 from legorl.gateway.renderer import format_tool_call
 from legorl.trajectory.builder import build_samples
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import openai
@@ -18,7 +17,11 @@ import pytest
 from legorl.engines.base import EngineHealth, GenerationResult, SamplingParams
 from legorl.errors import EngineError, EngineOverloadedError
 from legorl.gateway.app import Gateway
-from legorl.gateway.renderer import ChatTemplateRenderer, format_tool_call, load_smollm2_gguf_tokenizer
+from legorl.gateway.renderer import (
+    ChatTemplateRenderer,
+    format_tool_call,
+    load_smollm2_gguf_tokenizer,
+)
 from legorl.gateway.server import GatewayServer
 from legorl.gateway.sessions import SessionRegistry
 from legorl.trajectory.builder import build_samples

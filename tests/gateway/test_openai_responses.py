@@ -7,8 +7,8 @@ import json
 import httpx
 import openai
 import pytest
-
 from gw_helpers import SAMPLED_CALLS, TOOLS_RESPONSES, check_samples_exact, respell
+
 from legorl.gateway.renderer import format_tool_call
 from legorl.trajectory.builder import build_samples
 

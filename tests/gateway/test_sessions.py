@@ -10,7 +10,11 @@ import pytest
 
 from legorl.bench.gateway import zero_engine_for
 from legorl.gateway.app import Gateway
-from legorl.gateway.renderer import ChatTemplateRenderer, load_smollm2_gguf_tokenizer, normalize_messages
+from legorl.gateway.renderer import (
+    ChatTemplateRenderer,
+    load_smollm2_gguf_tokenizer,
+    normalize_messages,
+)
 from legorl.gateway.server import GatewayServer
 from legorl.gateway.sessions import SessionRegistry, thread_info_from_headers
 from legorl.trajectory.builder import build_samples

@@ -10,20 +10,24 @@ Every attack must end with reward 0 and its expected flag; an attack that gets t
 from __future__ import annotations
 
 import json
-import shutil
 import sys
-from pathlib import Path
 
 import pytest
 
 from legorl.grading.grader import grade, split_diff
 from legorl.grading.monitor import RolloutMonitor, check_isolation
-from legorl.harnesses.base import Budget, Harness, HarnessInstall, HarnessResult, run_harness
+from legorl.harnesses.base import (
+    Budget,
+    Harness,
+    HarnessInstall,
+    HarnessResult,
+    run_harness,
+)
 from legorl.sandbox.base import SandboxSpec
 from legorl.tasks.loader import get_task, load_suite
 
 pytestmark = [pytest.mark.sandbox,
-              pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed")]
+              pytest.mark.sandbox]
 PY = sys.executable
 
 

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -13,7 +12,7 @@ from legorl.grading.grader import filter_diff, nodeid_key, parse_junit, split_di
 from legorl.sandbox.base import WORKSPACE, SandboxSpec
 from legorl.tasks.loader import get_task, load_suite
 
-needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed")
+needs_bwrap = pytest.mark.sandbox
 
 TASKS = load_suite("trivial")
 

@@ -4,18 +4,22 @@
 from __future__ import annotations
 
 import json
-import shutil
 
 import pytest
 
 from legorl.grading.monitor import (
-    RolloutMonitor, activity_from_trace, check_isolation, classify_command, classify_path, flags_from_turns,
+    RolloutMonitor,
+    activity_from_trace,
+    check_isolation,
+    classify_command,
+    classify_path,
+    flags_from_turns,
     path_exposure,
 )
 from legorl.sandbox.base import SandboxSpec
 from legorl.tasks.loader import get_task, load_suite
 
-needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed")
+needs_bwrap = pytest.mark.sandbox
 
 
 def kinds(cmd):

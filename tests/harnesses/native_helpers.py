@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import pytest
+from needs import unavailable
 
 from legorl.config import BwrapSandboxConfig, EngineConfig
 from legorl.engines.scripted import Policy, ScriptedEngine
@@ -40,9 +40,9 @@ def tokenizer():
 
 def need_sandbox() -> None:
     if shutil.which("bwrap") is None:
-        pytest.skip("bubblewrap not installed")
+        unavailable("bubblewrap not installed")
     if shutil.which("strace") is None:
-        pytest.skip("strace not installed (apt-get install -y strace)")
+        unavailable("strace not installed (apt-get install -y strace)")
 
 
 def install_layer(harness) -> tuple[tuple[str, str], ...]:
@@ -52,11 +52,11 @@ def install_layer(harness) -> tuple[tuple[str, str], ...]:
     from legorl.sandbox.images import ImageBuildError
 
     if shutil.which("npm") is None:
-        pytest.skip("npm not installed")
+        unavailable("npm not installed")
     try:
         return layer_mounts(harness.install)
     except ImageBuildError as exc:
-        pytest.skip(f"cannot build the {harness.name} layer: {exc}")
+        unavailable(f"cannot build the {harness.name} layer: {exc}")
 
 
 class LiveServer:

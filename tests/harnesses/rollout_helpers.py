@@ -8,10 +8,15 @@ from __future__ import annotations
 import asyncio
 import shutil
 
-import pytest
+from needs import unavailable
 
 from legorl.harnesses.base import Budget
-from legorl.loop.single import SingleRollout, foreign_connects, rollout_once, single_rollout_config
+from legorl.loop.single import (
+    SingleRollout,
+    foreign_connects,
+    rollout_once,
+    single_rollout_config,
+)
 
 TASK = "legorl__trivial-001"
 
@@ -25,9 +30,9 @@ def budget_overrides(budget: Budget) -> dict[str, object]:
 
 def need_sandbox() -> None:
     if shutil.which("bwrap") is None:
-        pytest.skip("bubblewrap not installed")
+        unavailable("bubblewrap not installed")
     if shutil.which("strace") is None:
-        pytest.skip("strace not installed (apt-get install -y strace): needed for the network proof")
+        unavailable("strace not installed (apt-get install -y strace): needed for the network proof")
 
 
 def rollout(harness: str, engine: str, tmp_path, *, task: str = TASK, budget: Budget | None = None,

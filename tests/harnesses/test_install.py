@@ -4,10 +4,16 @@
 import shutil
 
 import pytest
+from needs import unavailable
 
 import legorl.harnesses.install as install_mod
 from legorl.harnesses.base import HarnessInstall
-from legorl.harnesses.install import BUILD_COUNTER, harness_layer, harness_layer_key, harness_mounts
+from legorl.harnesses.install import (
+    BUILD_COUNTER,
+    harness_layer,
+    harness_layer_key,
+    harness_mounts,
+)
 from legorl.sandbox.base import SandboxSpec
 from legorl.sandbox.bwrap import BwrapBackend
 from legorl.sandbox.images import ImageCache
@@ -22,7 +28,7 @@ def _no_package_manager(*a, **k):
 @pytest.fixture
 def home(tmp_path, monkeypatch):
     if shutil.which("bwrap") is None:
-        pytest.skip("bubblewrap not installed")
+        unavailable("bubblewrap not installed")
     monkeypatch.setenv("LEGORL_HOME", str(tmp_path / "home"))
     return tmp_path
 
@@ -38,7 +44,7 @@ def _sandbox(tmp_path, layer, install):
 
 def test_npm_layer_built_once_and_mounted_read_only(home, monkeypatch):
     if shutil.which("npm") is None:
-        pytest.skip("npm not installed")
+        unavailable("npm not installed")
     cache = ImageCache(home / "images")
     inst = HarnessInstall(kind="npm", packages=("is-number@7.0.0",))
     before = BUILD_COUNTER["npm"]
@@ -66,7 +72,7 @@ def test_pip_venv_layer_is_relocated_to_its_mount(home, monkeypatch):
     try:
         install_mod.find_python("python3.12")
     except Exception as exc:  # noqa: BLE001
-        pytest.skip(str(exc))
+        unavailable(str(exc))
     cache = ImageCache(home / "images")
     inst = HarnessInstall(kind="pip-venv", packages=("six==1.16.0",), python="python3.12")
     before = BUILD_COUNTER["pip"]

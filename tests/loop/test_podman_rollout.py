@@ -15,6 +15,7 @@ import json
 from pathlib import Path
 
 import pytest
+from needs import unavailable
 from typer.testing import CliRunner
 
 import legorl.harnesses.tiny_tool_agent as tiny_tool_agent
@@ -39,7 +40,7 @@ def podman_base():
     try:
         sandbox_backend(RunConfig.load(None, **{"sandbox.type": "podman"}).sandbox).base_layer()
     except SandboxError as exc:  # e.g. no Debian mirror reachable: say why, precisely
-        pytest.skip(f"cannot build the podman base image here: {exc}")
+        unavailable(f"cannot build the podman base image here: {exc}")
 
 
 def test_podman_rollout_from_the_run_config(podman_base, tmp_path):

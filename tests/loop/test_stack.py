@@ -12,13 +12,24 @@ import httpx
 import pytest
 
 from legorl.bench.gateway import zero_engine_for
-from legorl.config import BwrapSandboxConfig, EngineConfig, PodmanSandboxConfig, RolloutConfig, RunConfig
+from legorl.config import (
+    BwrapSandboxConfig,
+    EngineConfig,
+    PodmanSandboxConfig,
+    RolloutConfig,
+    RunConfig,
+)
 from legorl.errors import ConfigError, SandboxError
 from legorl.gateway.app import SamplingPolicy
 from legorl.harnesses.base import Budget
 from legorl.loop import stack as stack_mod
 from legorl.loop.rollout import run_rollout
-from legorl.loop.stack import open_gateway_stack, rollout_budget, rollout_context, sandbox_backend
+from legorl.loop.stack import (
+    open_gateway_stack,
+    rollout_budget,
+    rollout_context,
+    sandbox_backend,
+)
 from legorl.sandbox.bwrap import BwrapBackend
 from legorl.sandbox.podman import PodmanBackend
 from legorl.tasks.loader import get_task

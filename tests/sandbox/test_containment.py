@@ -21,6 +21,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from needs import unavailable
 
 from legorl.errors import SandboxError
 from legorl.sandbox.base import SANDBOX_HOME, SANDBOX_UID, SandboxSpec
@@ -30,7 +31,6 @@ from legorl.tasks.loader import get_task
 
 pytestmark = pytest.mark.sandbox
 
-needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed")
 
 # Every top-level entry except /proc and /sys, searched recursively; devices skipped; prints hits.
 SEARCH = r'''
@@ -147,7 +147,6 @@ def bwrap_backend(tmp_path):
     return BwrapBackend(root=tmp_path / "sandboxes")
 
 
-@needs_bwrap
 def test_bwrap_sees_nothing_of_the_host(canaries, bwrap_backend, tmp_path):
     sb = bwrap_backend.create(SandboxSpec(source_dir=_source(tmp_path)))
     try:
@@ -172,7 +171,6 @@ def test_bwrap_sees_nothing_of_the_host(canaries, bwrap_backend, tmp_path):
         sb.destroy()
 
 
-@needs_bwrap
 def test_bwrap_runs_unprivileged_with_a_writable_workspace_and_home(bwrap_backend, tmp_path):
     sb = bwrap_backend.create(SandboxSpec(source_dir=_source(tmp_path)))
     try:
@@ -189,7 +187,6 @@ def test_bwrap_runs_unprivileged_with_a_writable_workspace_and_home(bwrap_backen
         sb.destroy()
 
 
-@needs_bwrap
 def test_tools_work_in_the_view(bwrap_backend, tmp_path):
     sb = bwrap_backend.create(SandboxSpec(source_dir=_source(tmp_path)))
     try:
@@ -240,7 +237,6 @@ def _secret_not_on_command_lines(sb) -> None:
     assert seen["res"].stdout.strip() == secret, seen["res"]
 
 
-@needs_bwrap
 def test_bwrap_env_is_not_on_host_command_lines(bwrap_backend, tmp_path):
     sb = bwrap_backend.create(SandboxSpec(source_dir=_source(tmp_path), env={"FROM_SPEC": "s"}))
     try:
@@ -250,7 +246,6 @@ def test_bwrap_env_is_not_on_host_command_lines(bwrap_backend, tmp_path):
         sb.destroy()
 
 
-@pytest.mark.skipif(shutil.which("strace") is None or shutil.which("bwrap") is None, reason="needs strace and bwrap")
 def test_monitor_flags_a_filesystem_walk_and_a_shadow_read(bwrap_backend, tmp_path):
     from legorl.grading.monitor import RolloutMonitor
 
@@ -289,19 +284,18 @@ def test_monitor_flags_a_filesystem_walk_and_a_shadow_read(bwrap_backend, tmp_pa
 # ------------------------------------------------------------------------------------------ podman
 @pytest.fixture(scope="module")
 def podman_backend(tmp_path_factory):
-    if shutil.which("podman") is None:
-        pytest.skip("podman not installed (apt-get install -y podman runc uidmap)")
     from legorl.sandbox.podman import PodmanBackend
 
     b = PodmanBackend(root=tmp_path_factory.mktemp("podman-containment"))
     try:
         b.base_layer()
     except SandboxError as exc:
-        pytest.skip(f"cannot build the podman base image here: {exc}")
+        unavailable(f"cannot build the podman base image here: {exc}")
     return b
 
 
 @pytest.mark.slow
+@pytest.mark.podman
 def test_podman_sees_nothing_of_the_host(canaries, podman_backend, tmp_path):
     sb = podman_backend.create(SandboxSpec(source_dir=_source(tmp_path)))
     try:
@@ -318,6 +312,7 @@ def test_podman_sees_nothing_of_the_host(canaries, podman_backend, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.podman
 def test_podman_image_holds_nothing_of_the_host(podman_backend):
     """The base image's files, exported: no host home, no checkout or suites, no host shadow."""
     image = podman_backend.base_layer().meta["image"]

@@ -17,7 +17,7 @@ from legorl.sandbox.base import SandboxSpec
 from legorl.sandbox.bwrap import BwrapBackend
 from legorl.sandbox.images import ImageBuildError, ImageCache
 
-pytestmark = [pytest.mark.sandbox, pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed")]
+pytestmark = pytest.mark.sandbox
 
 
 @pytest.fixture

@@ -17,11 +17,17 @@ from legorl.sandbox import images
 from legorl.sandbox.base import SandboxSpec
 from legorl.sandbox.bwrap import BwrapBackend
 from legorl.sandbox.images import (
-    BaseRecipe, EnvRecipe, ImageBuildError, ImageCache, ImageDiskFullError, InstanceRecipe, bwrap_base_recipe,
+    BaseRecipe,
+    EnvRecipe,
+    ImageBuildError,
+    ImageCache,
+    ImageDiskFullError,
+    InstanceRecipe,
+    bwrap_base_recipe,
 )
 
 pytestmark = pytest.mark.sandbox
-needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed")
+needs_bwrap = pytest.mark.sandbox
 
 GIT = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "init.defaultBranch=main"]
 
@@ -254,7 +260,7 @@ def test_disk_full_is_typed_and_leaves_nothing(tmp_path: Path, cache: ImageCache
     assert (layer.path / "README.md").read_text() == "hello\n"
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("mount") is None, reason="needs root to mount a tmpfs")
+@pytest.mark.root
 def test_disk_full_on_a_real_tiny_filesystem(tmp_path: Path, source: Path):
     mnt = tmp_path / "tiny"
     mnt.mkdir()

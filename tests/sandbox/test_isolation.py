@@ -16,7 +16,7 @@ from legorl.sandbox.base import SandboxSpec
 from legorl.sandbox.bwrap import BwrapBackend, legorl_home
 from legorl.sandbox.images import ImageCache
 
-pytestmark = [pytest.mark.sandbox, pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed")]
+pytestmark = pytest.mark.sandbox
 
 # Bounded fork bomb: keeps forking children that sleep, up to 5000, and reports how far it got.
 FORK_BOMB = (

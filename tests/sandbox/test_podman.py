@@ -6,7 +6,6 @@ later runs find it in the image cache ($LEGORL_HOME/images) and podman's storage
 
 from __future__ import annotations
 
-import shutil
 import socketserver
 import subprocess
 import threading
@@ -14,13 +13,14 @@ import time
 from pathlib import Path
 
 import pytest
+from needs import unavailable
 
 from legorl.errors import SandboxError
 from legorl.sandbox.base import Sandbox, SandboxBackend, SandboxSpec
 from legorl.sandbox.podman import PodmanBackend, swebench_image_name
 
 pytestmark = [
-    pytest.mark.skipif(shutil.which("podman") is None, reason="podman not installed (apt-get install -y podman runc uidmap)"),
+    pytest.mark.podman,
     pytest.mark.slow,
 ]
 
@@ -31,7 +31,7 @@ def backend(tmp_path_factory) -> PodmanBackend:
     try:
         b.base_layer()
     except SandboxError as exc:  # e.g. no Debian mirror reachable: say why, precisely
-        pytest.skip(f"cannot build the podman base image here: {exc}")
+        unavailable(f"cannot build the podman base image here: {exc}")
     return b
 
 

@@ -112,7 +112,7 @@ def test_author_refuses_bad_tasks(case, match, tmp_path):
 
 
 @pytest.mark.sandbox
-@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed")
+@pytest.mark.sandbox
 def test_cli_author_checks_the_task_in_the_sandbox(tmp_path, monkeypatch):
     monkeypatch.setenv("LEGORL_HOME", str(tmp_path / "home"))
     base = _project(tmp_path)

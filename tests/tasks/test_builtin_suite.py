@@ -11,7 +11,12 @@ import pytest
 
 from legorl.grading.grader import split_diff
 from legorl.tasks.author import read_tree
-from legorl.tasks.loader import BASES_DIR, BUILTIN_SUITES_DIR, builtin_suites, load_suite
+from legorl.tasks.loader import (
+    BASES_DIR,
+    BUILTIN_SUITES_DIR,
+    builtin_suites,
+    load_suite,
+)
 
 MINIMUM = {"trivial": 14, "easy": 13, "medium": 13}
 ALL = load_suite("builtin")
@@ -101,7 +106,7 @@ def test_record_is_well_formed(task):
 
 @pytest.mark.sandbox
 @pytest.mark.slow
-@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed")
+@pytest.mark.sandbox
 def test_check_suite_builtin_all_real(tmp_path):
     """Acceptance: gold patch -> reward 1, empty patch -> every FAIL_TO_PASS fails, for every task."""
     from legorl.sandbox.bwrap import BwrapBackend

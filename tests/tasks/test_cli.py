@@ -35,7 +35,7 @@ def test_tasks_synth_bad_input(tmp_path):
 
 
 @pytest.mark.sandbox
-@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed")
+@pytest.mark.sandbox
 def test_tasks_check_broken_suite_exits_nonzero(tmp_path, monkeypatch):
     monkeypatch.setenv("LEGORL_HOME", str(tmp_path / "home"))
     suite = tmp_path / "suite"

@@ -9,7 +9,13 @@ from pathlib import Path
 import pytest
 
 from legorl.errors import TaskError
-from legorl.tasks.loader import BUILTIN_SUITES_DIR, builtin_suites, get_task, load_suite, load_task_dir
+from legorl.tasks.loader import (
+    BUILTIN_SUITES_DIR,
+    builtin_suites,
+    get_task,
+    load_suite,
+    load_task_dir,
+)
 from legorl.tasks.model import Task
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared"

@@ -11,9 +11,15 @@ import pytest
 
 from legorl.errors import TaskError
 from legorl.tasks.loader import get_task, load_suite
-from legorl.tasks.synth import Mutation, find_mutations, reverse_diff, source_files, synthesize
+from legorl.tasks.synth import (
+    Mutation,
+    find_mutations,
+    reverse_diff,
+    source_files,
+    synthesize,
+)
 
-needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed")
+needs_bwrap = pytest.mark.sandbox
 
 MODULE = '''"""Sample module."""
 

@@ -3,7 +3,12 @@ import math
 import pytest
 import torch
 
-from legorl.training.gspo import LossConfig, group_advantages, mismatch_stats, sample_loss
+from legorl.training.gspo import (
+    LossConfig,
+    group_advantages,
+    mismatch_stats,
+    sample_loss,
+)
 
 
 def test_group_advantages_normalise_and_skip_degenerate_groups():

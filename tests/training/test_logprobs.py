@@ -6,7 +6,10 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from legorl.training.logprobs import compute_token_logprobs, compute_token_logprobs_batch
+from legorl.training.logprobs import (
+    compute_token_logprobs,
+    compute_token_logprobs_batch,
+)
 
 
 @pytest.fixture(scope="module")
