@@ -16,6 +16,7 @@ from legorl.errors import SandboxError
 from legorl.sandbox.base import SandboxSpec
 from legorl.sandbox.bwrap import BwrapBackend
 from legorl.sandbox.images import ImageBuildError, ImageCache
+from legorl.sandbox.overlay import unmount
 
 pytestmark = pytest.mark.sandbox
 
@@ -123,6 +124,8 @@ def test_vanished_workspace_is_a_typed_error(backend, source):
     sb = backend.create(SandboxSpec(source_dir=source))
     other = backend.create(SandboxSpec(source_dir=source))
     try:
+        if os.path.ismount(sb.workdir):  # an overlay workspace: make the whole mount vanish
+            unmount(sb.workdir)
         shutil.rmtree(sb.workdir)
         with pytest.raises(SandboxError, match="bwrap failed to set up"):
             sb.exec("true")

@@ -1,11 +1,12 @@
-"""Bubblewrap sandbox backend (DESIGN.md §6).
+"""Bubblewrap sandbox backend (docs/architecture.md).
 
-Each sandbox is a private copy of the cached *instance layer* built from ``spec.source_dir`` (see
-:mod:`legorl.sandbox.images`: the repository with its history cut to one base commit) under ``root``
-(default ``$LEGORL_HOME/sandboxes``, ``LEGORL_HOME`` defaulting to ``~/.cache/legorl``). The copy is
-``cp -a --reflink=auto`` (in-process for small trees): copy-on-write clones on filesystems that support
-them (btrfs, xfs), a full copy elsewhere (ext4). Hardlinks are deliberately not used: a hardlinked file written in place would
-corrupt the cache. An env layer (``spec.env_recipe``) is bind-mounted read-only at ``/run/legorl/env``
+Each sandbox's workspace is a private, copy-on-write view of the cached *instance layer* built from
+``spec.source_dir`` (see :mod:`legorl.sandbox.images`: the repository with its history cut to one
+base commit) under ``root`` (default ``$LEGORL_HOME/sandboxes``). As root it is an overlayfs mount
+over the layer (:mod:`legorl.sandbox.overlay`: constant cost whatever the repository's size);
+otherwise a copy, ``cp -a --reflink=auto`` (in-process for small trees): clones on filesystems that
+support them (btrfs, xfs), a full copy elsewhere (ext4). Hardlinks are deliberately not used: a
+hardlinked file written in place would corrupt the cache. An env layer (``spec.env_recipe``) is bind-mounted read-only at ``/run/legorl/env``
 with ``PYTHONPATH``/``PATH`` set. Every ``exec`` starts a fresh ``bwrap``.
 
 The view: deny by default
@@ -101,12 +102,32 @@ from typing import IO, Mapping
 
 from legorl.errors import SandboxError
 from legorl.sandbox.base import (
-    SANDBOX_GID, SANDBOX_HOME, SANDBOX_UID, WORKSPACE, ExecResult, SandboxSpec, WorkspaceFiles,
+    SANDBOX_GID,
+    SANDBOX_HOME,
+    SANDBOX_UID,
+    WORKSPACE,
+    ExecResult,
+    SandboxSpec,
+    WorkspaceFiles,
 )
+from legorl.sandbox.hostproc import wait_with_deadline
 from legorl.sandbox.images import (
-    EnvRecipe, ImageCache, InstanceRecipe, Layer, bwrap_base_recipe, default_cache, spec_recipes,
+    EnvRecipe,
+    ImageCache,
+    InstanceRecipe,
+    Layer,
+    bwrap_base_recipe,
+    default_cache,
+    spec_recipes,
 )
-from legorl.sandbox.view import BUILTIN_SUITES_DIR, HostView, host_view, is_under, legorl_home  # noqa: F401
+from legorl.sandbox.overlay import is_mounted, mount_overlay, unmount
+from legorl.sandbox.view import (  # noqa: F401
+    BUILTIN_SUITES_DIR,
+    HostView,
+    host_view,
+    is_under,
+    legorl_home,
+)
 
 GATEWAY_SOCKET_INSIDE = "/run/legorl/gateway.sock"
 ENV_INSIDE = "/run/legorl/env"
@@ -440,6 +461,7 @@ class BwrapSandbox(WorkspaceFiles):
         self.base_commit = base_commit
         self.env_layer = env_layer  # leased while the sandbox lives
         self.cgroup = cgroup
+        self.instance_lease = None  # held while an overlay workspace mounts the instance layer
         self._destroyed = False
         # When set (see start_trace), every exec runs bwrap under a host-side ``strace -f`` writing
         # here: the tracer lives outside the sandbox's PID namespace, so nothing inside can see,
@@ -570,12 +592,8 @@ class BwrapSandbox(WorkspaceFiles):
             threads.append(threading.Thread(target=_feed, args=(proc.stdin, stdin.encode()), daemon=True))
         for t in threads:
             t.start()
-        timed_out = False
         try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            self._kill(proc)
+            timed_out = wait_with_deadline(proc, timeout, lambda: self._kill_group(proc))
         except BaseException:
             self._kill(proc)
             raise
@@ -627,11 +645,15 @@ class BwrapSandbox(WorkspaceFiles):
         )
 
     @staticmethod
-    def _kill(proc: subprocess.Popen) -> None:
+    def _kill_group(proc: subprocess.Popen) -> None:
         try:
             os.killpg(proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
+
+    @staticmethod
+    def _kill(proc: subprocess.Popen) -> None:
+        BwrapSandbox._kill_group(proc)
         try:
             proc.wait(timeout=10)
         except subprocess.TimeoutExpired:  # pragma: no cover - the kernel did not reap in time
@@ -659,6 +681,11 @@ class BwrapSandbox(WorkspaceFiles):
         if self.cgroup is not None:
             self.cgroup.remove()
             self.cgroup = None
+        if is_mounted(self.workdir):  # an overlay workspace (see legorl.sandbox.overlay)
+            unmount(self.workdir)
+        if self.instance_lease is not None:
+            self.instance_lease.release()
+            self.instance_lease = None
         if self.env_layer is not None and self.env_layer.lease is not None:
             self.env_layer.lease.release()
         if self.sandbox_dir.exists():
@@ -740,13 +767,15 @@ class BwrapBackend:
     ``userns``: run as uid 1000 in a user namespace (default: when bwrap can create one here).
     ``cache``: the :class:`~legorl.sandbox.images.ImageCache` (default: ``$LEGORL_HOME/images``).
     ``cgroups``: per-sandbox pids/memory cgroups when possible (root); ``False`` uses rlimits only.
+    ``overlay``: workspaces as overlayfs mounts over the instance layer when possible (root; see
+    :mod:`legorl.sandbox.overlay`); ``False`` always copies.
     """
 
     name = "bwrap"
 
     def __init__(self, root: Path | None = None, hide: list[Path] | tuple[Path, ...] = (),
                  python: str | None = None, cache: ImageCache | None = None, cgroups: bool = True,
-                 userns: bool | None = None):
+                 userns: bool | None = None, overlay: bool = True):
         self.root = Path(root) if root is not None else legorl_home() / "sandboxes"
         self.hide = [Path(p) for p in hide]
         self.python = python or sys.executable
@@ -755,6 +784,7 @@ class BwrapBackend:
         self._cache = cache
         self.cgroups = cgroups
         self._userns = userns
+        self.overlay = overlay
 
     @property
     def cache(self) -> ImageCache:
@@ -834,15 +864,26 @@ class BwrapBackend:
         env_layer: Layer | None = inst.meta["_env_layer"] if not env_recipe.empty else None
         sandbox_dir = self.root / f"sb-{uuid.uuid4().hex[:12]}"
         cgroup = None
+        inst_lease = None
         try:
             sandbox_dir.mkdir()
-            try:
-                copy_workspace(inst.path, sandbox_dir / "workspace")
-            finally:
-                inst.lease.release()
+            workspace = sandbox_dir / "workspace"
+            # overlay when we may mount (root): constant cost; else a copy. The overlay's lower layer
+            # stays leased (never evicted) until the sandbox is destroyed.
+            if self.overlay and mount_overlay(inst.path, sandbox_dir / "upper", sandbox_dir / "ovl-work", workspace):
+                inst_lease = inst.lease
+            else:
+                try:
+                    copy_workspace(inst.path, workspace)
+                finally:
+                    inst.lease.release()
             if self.cgroups:
                 cgroup = SandboxCgroup.create(sandbox_dir.name, spec.max_pids, spec.memory_mb)
         except BaseException as exc:
+            if is_mounted(sandbox_dir / "workspace"):
+                unmount(sandbox_dir / "workspace")
+            if inst_lease is not None:
+                inst_lease.release()
             shutil.rmtree(sandbox_dir, ignore_errors=True)
             if env_layer is not None and env_layer.lease is not None:
                 env_layer.lease.release()
@@ -851,4 +892,6 @@ class BwrapBackend:
             if isinstance(exc, OSError):
                 raise SandboxError(f"cannot create a sandbox from {source}: {exc}") from exc
             raise
-        return BwrapSandbox(self, spec, sandbox_dir, inst.meta["commit"], env_layer=env_layer, cgroup=cgroup)
+        sb = BwrapSandbox(self, spec, sandbox_dir, inst.meta["commit"], env_layer=env_layer, cgroup=cgroup)
+        sb.instance_lease = inst_lease
+        return sb

@@ -79,14 +79,37 @@ from typing import Mapping
 
 from legorl.errors import SandboxError
 from legorl.sandbox.base import (
-    SANDBOX_GID, SANDBOX_HOME, SANDBOX_UID, SANDBOX_USER, WORKSPACE, ExecResult, SandboxSpec, WorkspaceFiles,
+    SANDBOX_GID,
+    SANDBOX_HOME,
+    SANDBOX_UID,
+    SANDBOX_USER,
+    WORKSPACE,
+    ExecResult,
+    SandboxSpec,
+    WorkspaceFiles,
 )
 from legorl.sandbox.bwrap import (
-    _DIFF_LIMIT, _GIT_ENV, FORWARDER_PATH, GATEWAY_SOCKET_INSIDE, GIT_CONFIG, _discard, _drain, _feed,
-    _is_under, copy_workspace, legorl_home,
+    _DIFF_LIMIT,
+    _GIT_ENV,
+    FORWARDER_PATH,
+    GATEWAY_SOCKET_INSIDE,
+    GIT_CONFIG,
+    _discard,
+    _drain,
+    _feed,
+    copy_workspace,
+    legorl_home,
 )
+from legorl.sandbox.hostproc import wait_with_deadline
 from legorl.sandbox.images import (
-    BaseRecipe, EnvRecipe, ImageBuildError, ImageCache, InstanceRecipe, Layer, default_cache, run_step,
+    BaseRecipe,
+    EnvRecipe,
+    ImageBuildError,
+    ImageCache,
+    InstanceRecipe,
+    Layer,
+    default_cache,
+    run_step,
     spec_recipes,
 )
 
@@ -259,15 +282,13 @@ class PodmanSandbox(WorkspaceFiles):
             threads.append(threading.Thread(target=_feed, args=(proc.stdin, stdin.encode()), daemon=True))
         for t in threads:
             t.start()
-        timed_out = False
-        try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            timed_out = True
+        def stop() -> None:
             self._kill_inside()
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=30)
+
+        try:
+            timed_out = wait_with_deadline(proc, timeout, stop)
         except BaseException:
             self._kill_inside()
             with contextlib.suppress(ProcessLookupError, PermissionError):
