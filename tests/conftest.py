@@ -19,6 +19,7 @@ _REQUIREMENTS: dict[str, tuple[tuple[str, ...], str]] = {
     "sandbox": (("bwrap", "strace"), "apt-get install -y bubblewrap strace"),
     "podman": (("podman",), "apt-get install -y podman runc uidmap"),
     "npm": (("npm", "node"), "apt-get install -y nodejs npm"),
+    "browser": (("chromium",), "apt-get install -y chromium"),
 }
 
 

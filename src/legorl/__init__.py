@@ -6,8 +6,7 @@ The public surface is listed in ``__all__``; names load lazily so that importing
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from legorl.lazy import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -36,16 +35,14 @@ _EXPORTS = {
     "compute_token_logprobs": "legorl.training.logprobs",
     "train": "legorl.loop.train",
     "run_rollout": "legorl.loop.rollout",
+    "RolloutContext": "legorl.loop.rollout",
+    "GatewayStack": "legorl.loop.stack",
+    "SandboxBackend": "legorl.sandbox.base",
+    "open_gateway_stack": "legorl.loop.stack",
+    "rollout_context": "legorl.loop.stack",
+    "sandbox_backend": "legorl.loop.stack",
+    "build_harness": "legorl.loop.stack",
+    "get_task": "legorl.tasks.loader",
+    "ScriptedEngine": "legorl.engines.scripted",
 }
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'legorl' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *__all__])
+__all__, __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

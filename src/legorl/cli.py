@@ -3,19 +3,78 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Optional
+from typing import Any, NoReturn
 
 import typer
 from rich.console import Console
 from rich.table import Table
+from typer._click.exceptions import NoArgsIsHelpError  # typer vendors click; it exports no public name for this
+from typer.core import TyperGroup
 
-from legorl.errors import LegoRLError
+from legorl.bench.schema import keys_help
+from legorl.errors import ConfigError, LegoRLError
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, help="LEGO-RL: RL for coding agents inside real harnesses.")
+
+def one_line(exc: BaseException | str) -> str:
+    """An error's message on one line (a multi-line message, e.g. a build's output tail, joined by ' | ')."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    return " | ".join(lines) or type(exc).__name__
+
+
+class _OneLineErrors(TyperGroup):
+    """The one place where every command's errors are printed: ``error: <message>`` as ONE line on
+    stderr and a non-zero exit code — 2 for a :class:`LegoRLError` (bad input, a broken task, a corrupt
+    run directory...), an :class:`OSError` on a path the user gave, or a usage error. Commands raise;
+    they never print errors themselves. Any other exception is a bug and keeps its traceback."""
+
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        windows_expand_args: bool = True,
+        **extra: Any,
+    ) -> Any:
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, False, windows_expand_args, **extra)
+        try:
+            rv = super().main(args, prog_name, complete_var, False, windows_expand_args, **extra)
+        except NoArgsIsHelpError as exc:  # `legorl`, `legorl tasks`: the help, as click does
+            typer.echo(exc.format_message())
+            sys.exit(exc.exit_code)
+        except typer.TyperException as exc:  # click's usage errors (bad option value, unknown command...)
+            ctx = getattr(exc, "ctx", None)
+            hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
+            _error_line(one_line(exc.format_message()) + hint, getattr(exc, "exit_code", 2))
+        except typer.Abort:
+            _error_line("aborted", 1)
+        except LegoRLError as exc:
+            _error_line(one_line(exc), 2)
+        except OSError as exc:
+            if exc.errno == errno.EPIPE:  # `legorl ... | head`: the reader left, nothing to say
+                sys.exit(1)
+            _error_line(one_line(exc), 2)
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+
+def _error_line(message: str, code: int) -> None:
+    typer.echo(f"error: {message}", err=True)
+    sys.exit(code)
+
+
+app = typer.Typer(
+    cls=_OneLineErrors,
+    no_args_is_help=True,
+    add_completion=False,
+    help="LEGO-RL: RL for coding agents inside real harnesses.",
+)
 models_app = typer.Typer(no_args_is_help=True, help="Model registry.")
 bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks (print JSON).")
 app.add_typer(models_app, name="models")
@@ -26,17 +85,52 @@ console = Console(width=None if sys.stdout.isatty() else 160)
 # Sub-command groups owned by their packages (each module imports only typer at top level).
 # -- sub-apps: one `app.add_typer(...)` line per package below --
 from legorl.tasks.cli import app as tasks_app  # noqa: E402
+
 app.add_typer(tasks_app, name="tasks")
 from legorl.sandbox.cli import app as images_app  # noqa: E402
+
 app.add_typer(images_app, name="images")
+from legorl.observe import cli as observe_cli  # noqa: E402
+
+app.command("ui")(observe_cli.ui)
+app.command("status")(observe_cli.status)
+app.command("validate")(observe_cli.validate)
+app.command("launch")(observe_cli.launch)
+bench_app.command("ui")(observe_cli.bench_ui)
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach a model hub
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 
-def _fail(exc: Exception) -> None:
-    console.print(f"[bold red]error:[/] {exc}")
-    raise typer.Exit(2)
+def _print_result(result: dict, as_json: bool) -> None:
+    """A bench result: JSON (``--json``, the default), or one ``dotted.key: value`` line per figure."""
+    if as_json:
+        print(json.dumps(result, indent=2))
+        return
+
+    def flat(prefix: str, value: object) -> list[str]:
+        if isinstance(value, dict) and value:
+            return [line for k, v in value.items() for line in flat(f"{prefix}.{k}" if prefix else str(k), v)]
+        return [f"{prefix}: {json.dumps(value)}"]
+
+    print("\n".join(flat("", result)))
+
+
+def _write_whole(path: Path, text: str) -> None:
+    """Write ``path`` through a temporary sibling and a rename: a reader never sees half of it."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _fail(exc: Exception) -> NoReturn:
+    """Hand an error to the central handler (:class:`_OneLineErrors`): one line on stderr, exit 2."""
+    if isinstance(exc, LegoRLError):
+        raise exc
+    raise ConfigError(str(exc)) from exc
 
 
 @models_app.command("prepare")
@@ -54,16 +148,45 @@ def models_prepare(
     console.print(f"{name}: {path}")
 
 
+# `legorl models list --json` keys (docs/cli.md; tests/test_cli_json.py checks them)
+MODELS_JSON_KEYS = ("models",)
+MODEL_JSON_KEYS = ("name", "hf_id", "wheel", "description", "cache_dir", "prepared")
+
+
 @models_app.command("list")
-def models_list() -> None:
-    """Built-in model names."""
-    from legorl.models.registry import KNOWN_MODELS
+def models_list(
+    as_json: bool = typer.Option(
+        False,
+        "--json",
+        help=(
+            'Print JSON: {"models": [{' + ", ".join(f'"{k}"' for k in MODEL_JSON_KEYS) + "}]} (hf_id: the upstream "
+            "model it copies, never downloaded; wheel: the PyPI package shipping its GGUF; prepared: the cached "
+            "safetensors copy is complete)."
+        ),
+    ),
+) -> None:
+    """Built-in model names (with --json: where each comes from and whether it is prepared)."""
+    from legorl.models.registry import KNOWN_MODELS, model_cache_dir, verify_model_cache
 
-    for name in KNOWN_MODELS:
-        console.print(name)
+    if not as_json:
+        for name in KNOWN_MODELS:
+            console.print(name)
+        return
+    rows = [
+        {
+            "name": m.name,
+            "hf_id": m.hf_id,
+            "wheel": m.wheel,
+            "description": m.description,
+            "cache_dir": str(model_cache_dir(m.name)),
+            "prepared": verify_model_cache(m.name) is None,
+        }
+        for m in KNOWN_MODELS.values()
+    ]
+    print(json.dumps({"models": rows}, indent=2))
 
 
-def _run(cfg) -> list[dict]:
+def _run(cfg, resume: bool = False) -> list[dict]:
     import asyncio
 
     from legorl.loop.train import train
@@ -76,7 +199,7 @@ def _run(cfg) -> list[dict]:
         )
 
     try:
-        return asyncio.run(train(cfg, on_step=on_step))
+        return asyncio.run(train(cfg, on_step=on_step, resume=resume))
     except LegoRLError as exc:
         _fail(exc)
     return []
@@ -85,12 +208,21 @@ def _run(cfg) -> list[dict]:
 def _summary(history: list[dict], run_dir: Path) -> None:
     table = Table(title=f"LEGO-RL run {run_dir}")
     cols = [
-        ("step", "step", "{}"), ("rollouts", "rollout/count", "{}"), ("reward", "rollout/reward_mean", "{:.3f}"),
-        ("solved", "rollout/resolved", "{}"), ("env fail", "rollout/status_env_failure", "{}"),
-        ("turns", "rollout/turns", "{}"), ("extend", "align/extend", "{}"), ("realign", "align/realign", "{}"),
-        ("fork", "align/fork", "{}"), ("train smp", "train/trainable_samples", "{}"), ("loss", "train/loss", "{:+.4f}"),
-        ("grad", "train/grad_norm", "{:.2f}"), ("pearson", "mismatch/pearson", "{:.6f}"),
-        ("max|Δlp|", "mismatch/max_abs_diff", "{:.1e}"), ("weights", "weight_version", "{}"),
+        ("step", "step", "{}"),
+        ("rollouts", "rollout/count", "{}"),
+        ("reward", "rollout/reward_mean", "{:.3f}"),
+        ("solved", "rollout/resolved", "{}"),
+        ("env fail", "rollout/status_env_failure", "{}"),
+        ("turns", "rollout/turns", "{}"),
+        ("extend", "align/extend", "{}"),
+        ("realign", "align/realign", "{}"),
+        ("fork", "align/fork", "{}"),
+        ("train smp", "train/trainable_samples", "{}"),
+        ("loss", "train/loss", "{:+.4f}"),
+        ("grad", "train/grad_norm", "{:.2f}"),
+        ("pearson", "mismatch/pearson", "{:.6f}"),
+        ("max|Δlp|", "mismatch/max_abs_diff", "{:.1e}"),
+        ("weights", "weight_version", "{}"),
         ("sec", "time/step_s", "{:.0f}"),
     ]
     for title, _, _ in cols:
@@ -102,7 +234,9 @@ def _summary(history: list[dict], run_dir: Path) -> None:
             cells.append("—" if v is None else fmt.format(v))
         table.add_row(*cells)
     console.print(table)
-    console.print(f"turns+rollouts: {run_dir}/run.sqlite (legorl export {run_dir} --out DIR)  metrics: {run_dir}/metrics.jsonl")
+    console.print(
+        f"turns+rollouts: {run_dir}/run.sqlite (legorl export {run_dir} --out DIR)  metrics: {run_dir}/metrics.jsonl"
+    )
 
 
 def _overrides(set_: list[str], flag: str = "--set") -> dict[str, object]:
@@ -119,7 +253,7 @@ def _overrides(set_: list[str], flag: str = "--set") -> dict[str, object]:
     return overrides
 
 
-def _load_config(config: Optional[Path], set_: list[str], **more: object):
+def _load_config(config: Path | None, set_: list[str], **more: object):
     from legorl.config import RunConfig
 
     try:
@@ -131,10 +265,30 @@ def _load_config(config: Optional[Path], set_: list[str], **more: object):
 _SET_HELP = "Override a field: --set trainer.lr=2e-6 (JSON values; repeatable)."
 
 
-def _train(config: Optional[Path], set_: list[str]) -> None:
-    """``legorl train`` and ``legorl demo``: one code path."""
+def _train(
+    config: Path | None,
+    set_: list[str],
+    *,
+    validate: bool = True,
+    validate_live: bool = False,
+    ui: bool = False,
+    ui_port: int = 8765,
+    resume: Path | None = None,
+) -> None:
+    """``legorl train`` and ``legorl demo``: one code path (validate the config, optionally serve the UI).
+    ``resume``: a run directory to continue from its latest checkpoint (its config.json, then ``set_``)."""
+    if resume is not None:
+        cfg = _load_config(config or resume / "config.json", set_, run_dir=str(resume))
+        _summary(_run(cfg, resume=True), Path(cfg.run_dir))
+        return
     cfg = _load_config(config, set_)
-    _summary(_run(cfg), Path(cfg.run_dir))
+    if validate:
+        observe_cli.check_before_train(cfg, live=validate_live)
+    if not ui:
+        _summary(_run(cfg), Path(cfg.run_dir))
+        return
+    with observe_cli.train_ui(cfg, port=ui_port):
+        _summary(_run(cfg), Path(cfg.run_dir))
 
 
 @app.command()
@@ -152,27 +306,137 @@ def demo(set_: list[str] = typer.Option([], "--set", help=_SET_HELP)) -> None:
 
 @app.command()
 def train(
-    config: Optional[Path] = typer.Option(None, help="Run config (JSON); see legorl.config.RunConfig."),
+    config: Path | None = typer.Option(None, help="Run config (JSON); see legorl.config.RunConfig."),
     set_: list[str] = typer.Option([], "--set", help=_SET_HELP),
+    no_validate: bool = typer.Option(False, "--no-validate", help="Skip `legorl validate`'s structure checks."),
+    validate_live: bool = typer.Option(False, "--validate-live", help="Also run validate's live checks first."),
+    ui: bool = typer.Option(
+        False, "--ui", help="Serve the run UI (127.0.0.1, token in the printed URL) while training."
+    ),
+    ui_port: int = typer.Option(8765, "--ui-port", help="Port of --ui (0: any free port)."),
+    resume: Path | None = typer.Option(
+        None,
+        "--resume",
+        help="Continue RUN_DIR from its latest checkpoint (its config.json, then --set, e.g. --set steps=10).",
+    ),
 ) -> None:
-    """Train with a config file."""
-    _train(config, set_)
+    """Train with a config file (validated first: see legorl validate)."""
+    _train(config, set_, validate=not no_validate, validate_live=validate_live, ui=ui, ui_port=ui_port, resume=resume)
+
+
+@app.command("eval")
+def eval_cmd(
+    config: Path | None = typer.Option(
+        None, help="Run config (JSON): suite, task_ids, harness, budget, sandbox, grading, engine."
+    ),
+    set_: list[str] = typer.Option([], "--set", help=_SET_HELP),
+    samples: int = typer.Option(4, "--samples", "-n", help="Rollouts per task."),
+    k: list[int] = typer.Option([1], "--k", help="pass@k to report (repeatable; k <= samples)."),
+    engine: str = typer.Option("embedded", help="embedded | scripted-gold | scripted-wrong"),
+    checkpoint: Path | None = typer.Option(
+        None, help="Evaluate a training checkpoint (a checkpoint or run directory)."
+    ),
+    baseline: Path | None = typer.Option(
+        None, help="An earlier eval report (JSON): print the difference and a significance test."
+    ),
+    concurrency: int = typer.Option(8, help="Rollouts at once."),
+    out: Path | None = typer.Option(None, "--out", help="Write the report JSON here (default: RUN_DIR/eval.json)."),
+    as_json: bool = typer.Option(False, "--json/--no-json", help="Print the report as JSON instead of a table."),
+) -> None:
+    """pass@1 and pass@k (unbiased) with 95% intervals over N samples per task; env failures apart."""
+    import asyncio
+
+    from legorl.loop.eval import evaluate
+    from legorl.loop.eval_stats import EvalReport, compare
+
+    cfg = _load_config(config, set_)
+    try:
+        report = asyncio.run(
+            evaluate(cfg, samples=samples, ks=k, engine=engine, checkpoint=checkpoint, concurrency=concurrency)
+        )
+    except (LegoRLError, ValueError) as exc:
+        _fail(exc)
+    result = report.to_dict()
+    if baseline is not None:
+        result["baseline"] = {
+            "report": str(baseline),
+            **compare(report, EvalReport.from_dict(json.loads(baseline.read_text()))),
+        }
+    path = out or Path(cfg.run_dir) / "eval.json"
+    path.write_text(json.dumps(result, indent=2))
+    if as_json:
+        print(json.dumps(result, indent=2))
+        return
+    table = Table(title=f"eval {report.meta.get('suite')} / {report.meta.get('harness')} / {engine}")
+    for col in ("task", "samples", "correct", "env fail", "harness err", *[f"pass@{x}" for x in report.ks]):
+        table.add_column(col, justify="right")
+    for t in report.tasks:
+        table.add_row(
+            t.task_id,
+            str(t.samples),
+            str(t.correct),
+            str(t.env_failures),
+            str(t.harness_errors),
+            *[f"{t.pass_at[str(x)]:.3f}" if str(x) in t.pass_at else "—" for x in report.ks],
+        )
+    console.print(table)
+    for x, v in report.pass_at.items():
+        lo, hi = report.interval.get(x, (float("nan"), float("nan")))
+        console.print(f"pass@{x} {v:.3f}  95% [{lo:.3f}, {hi:.3f}]")
+    console.print(
+        f"valid samples {report.samples}  env failures {report.env_failures} (not counted)  "
+        f"harness errors {report.harness_errors}  report: {path}"
+    )
+    if "baseline" in result:
+        b = result["baseline"]
+        console.print(
+            "vs baseline: "
+            + "  ".join(f"pass@{x} {d:+.3f}" for x, d in b["diff"].items())
+            + f"  z={b['pass@1_z']:.2f} p={b['pass@1_p']:.4f}"
+        )
+
+
+@app.command("export-hf")
+def export_hf_cmd(
+    source: Path = typer.Argument(..., help="A checkpoint directory, or a run directory (its latest checkpoint)."),
+    out: Path = typer.Option(..., "--out", help="Output Hugging Face model directory."),
+    base_model: str | None = typer.Option(
+        None, help="Model the run started from (default: recorded in the checkpoint)."
+    ),
+) -> None:
+    """Export a training checkpoint as a Hugging Face directory (safetensors, config, tokenizer)."""
+    from legorl.training.checkpoint import export_hf, latest_checkpoint
+
+    ckpt = latest_checkpoint(source) if (source / "checkpoints").is_dir() else source
+    if ckpt is None:
+        _fail(LegoRLError(f"{source}: no complete checkpoint"))
+    try:
+        path = export_hf(ckpt, out, base_model)
+    except (LegoRLError, ValueError, OSError) as exc:
+        _fail(LegoRLError(str(exc)))
+    console.print(f"{ckpt} -> {path}")
 
 
 @app.command()
 def gateway(
-    config: Optional[Path] = typer.Option(None, help="Run config (JSON): its engine section is served."),
-    model: Optional[str] = typer.Option(None, help="Model name or local directory (default: the config's, smollm2-135m)."),
-    engine: Optional[str] = typer.Option(None, help="Inference engine (default: the config's, embedded)."),
+    config: Path | None = typer.Option(None, help="Run config (JSON): its engine section is served."),
+    model: str | None = typer.Option(None, help="Model name or local directory (default: the config's, smollm2-135m)."),
+    engine: str | None = typer.Option(None, help="Inference engine (default: the config's, embedded)."),
     port: int = typer.Option(8000, help="Port on 127.0.0.1."),
     run_dir: Path = typer.Option(Path("runs/gateway"), help="Where Turns are recorded."),
 ) -> None:
-    """Serve the gateway on loopback; prints a session token to use as the API key."""
+    """Serve the gateway on loopback; prints a session token to use as the API key and, for the
+    OpenAI and Anthropic SDKs and each harness, the environment lines that point them at it."""
+    from legorl.gateway.client_env import client_envs, format_client_envs
+    from legorl.gateway.sessions import new_token
     from legorl.loop.stack import serve_gateway
 
     cfg = _load_config(config, [], **{"engine.type": engine, "engine.model": model})
+    token = new_token()
+    print("# Client environment (paste into a shell once the gateway says it is serving):")
+    print(format_client_envs(client_envs(f"http://127.0.0.1:{port}", token, cfg.engine.model)), flush=True)
     try:
-        serve_gateway(cfg.engine, port=port, run_dir=run_dir, print_fn=console.print)
+        serve_gateway(cfg.engine, port=port, run_dir=run_dir, token=token, print_fn=console.print)
     except LegoRLError as exc:
         _fail(exc)
 
@@ -186,10 +450,7 @@ def export(
     """Export a run's samples (token_ids, loss_mask, rollout_logprobs, reward, ...) and turns."""
     from legorl.trajectory.export import export_run
 
-    try:
-        result = export_run(run_dir, out, format=format)  # type: ignore[arg-type]
-    except (ValueError, FileNotFoundError) as exc:
-        _fail(LegoRLError(str(exc)))
+    result = export_run(run_dir, out, format=format)  # type: ignore[arg-type]
     print(json.dumps(result, indent=2))
 
 
@@ -198,29 +459,34 @@ def bench_gateway(
     output_tokens: int = typer.Option(16, help="Tokens the zero-cost engine returns per request."),
     requests: int = typer.Option(400, help="Requests per measurement."),
     concurrency: int = typer.Option(32, help="Concurrent clients for the throughput run."),
-    as_json: bool = typer.Option(True, "--json/--no-json", help="Print JSON."),
+    store_turns: int = typer.Option(300, min=1, help="Turns appended to a run store for store_append_turn_ms."),
+    as_json: bool = typer.Option(True, "--json/--no-json", help=keys_help("gateway")),
 ) -> None:
     """Gateway overhead with a zero-cost engine: added latency p50/p99, requests/s at 1 and N clients."""
     from legorl.bench.gateway import run_gateway_bench
 
-    result = run_gateway_bench(output_tokens=output_tokens, requests=requests, concurrency=concurrency)
-    print(json.dumps(result, indent=2) if as_json else result)
+    result = run_gateway_bench(
+        output_tokens=output_tokens, requests=requests, concurrency=concurrency, store_turns=store_turns
+    )
+    _print_result(result, as_json)
 
 
 @bench_app.command("engine")
 def bench_engine(
     model: str = typer.Option("smollm2-135m", help="Model name or local directory."),
-    max_tokens: int = typer.Option(64, help="Tokens generated per request."),
-    as_json: bool = typer.Option(True, "--json/--no-json", help="Print JSON."),
+    max_tokens: int = typer.Option(64, min=1, help="Tokens generated per request."),
+    concurrency: int = typer.Option(8, min=1, help="Concurrent requests of the batched measurement."),
+    repeats: int = typer.Option(3, min=1, help="Measurements of each figure (the median is reported)."),
+    prefill_tokens: int = typer.Option(512, min=1, help="Prompt tokens of the prefill measurement."),
+    as_json: bool = typer.Option(True, "--json/--no-json", help=keys_help("engine")),
 ) -> None:
     """Generation, prefill and recompute throughput of the embedded engine; peak RSS."""
     from legorl.bench.engine import run_engine_bench
 
-    try:
-        result = run_engine_bench(model=model, max_tokens=max_tokens)
-    except LegoRLError as exc:
-        _fail(exc)
-    print(json.dumps(result, indent=2) if as_json else result)
+    result = run_engine_bench(
+        model=model, max_tokens=max_tokens, concurrency=concurrency, repeats=repeats, prefill_tokens=prefill_tokens
+    )
+    _print_result(result, as_json)
 
 
 @bench_app.command("sandbox")
@@ -229,23 +495,43 @@ def bench_sandbox(
     n: int = typer.Option(50, help="Sequential create+exec+destroy cycles."),
     concurrency: int = typer.Option(16, help="Concurrent sandboxes for the throughput figure."),
     podman: bool = typer.Option(True, "--podman/--no-podman", help="Also measure podman when available."),
-    as_json: bool = typer.Option(True, "--json/--no-json", help="Print JSON (--no-json: one summary line each)."),
+    as_json: bool = typer.Option(True, "--json/--no-json", help=keys_help("sandbox")),
 ) -> None:
     """Sandbox latency on a cache hit, cold instance-layer build time, concurrent throughput."""
     from legorl.bench.sandbox import run_sandbox_bench, summary_lines
 
+    result = run_sandbox_bench(backend, n=n, concurrency=concurrency, include_podman=podman)
+    print(json.dumps(result, indent=2) if as_json else "\n".join(summary_lines(result)))
+
+
+@bench_app.command("trainer")
+def bench_trainer(
+    model: str = typer.Option("smollm2-135m", help="Model name or local directory."),
+    samples: int = typer.Option(16, help="Samples per step."),
+    tokens: int = typer.Option(94, help="Tokens per sample."),
+    steps: int = typer.Option(5, help="Timed steps (after one warm-up); the median is reported."),
+    set_: list[str] = typer.Option([], "--set", help="Trainer field: --set ppo_epochs=2 (JSON values; repeatable)."),
+    as_json: bool = typer.Option(True, "--json/--no-json", help=keys_help("trainer")),
+) -> None:
+    """Wall time of one GSPO step on `samples` x `tokens` tokens (ours_s: median of the timed steps)."""
+    from legorl.bench.trainer import run_trainer_bench
+
     try:
-        result = run_sandbox_bench(backend, n=n, concurrency=concurrency, include_podman=podman)
+        result = run_trainer_bench(model=model, samples=samples, tokens=tokens, steps=steps, overrides=_overrides(set_))
     except LegoRLError as exc:
         _fail(exc)
-    print(json.dumps(result, indent=2) if as_json else "\n".join(summary_lines(result)))
+    _print_result(result, as_json)
 
 
 @app.command("grade")
 def grade_predictions(
-    predictions: Path = typer.Argument(..., help="SWE-bench predictions JSONL: instance_id, model_patch[, model_name_or_path]."),
-    tasks: str = typer.Option("builtin", "--tasks", help="Suite: built-in name, 'builtin', a directory or a .jsonl/.json file."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Write the report JSON here."),
+    predictions: Path = typer.Argument(
+        ..., help="SWE-bench predictions JSONL: instance_id, model_patch[, model_name_or_path]."
+    ),
+    tasks: str = typer.Option(
+        "builtin", "--tasks", help="Suite: built-in name, 'builtin', a directory or a .jsonl/.json file."
+    ),
+    out: Path | None = typer.Option(None, "--out", help="Write the report JSON here."),
     workers: int = typer.Option(2, "--workers", help="Grading threads."),
     timeout: float = typer.Option(120.0, "--timeout", help="Test-run time limit per instance (s)."),
     reward_mode: str = typer.Option("binary", "--reward-mode", help="binary | partial"),
@@ -255,65 +541,91 @@ def grade_predictions(
 
     Several models' predictions for one instance are each graded (reported per instance and model);
     the same instance and model twice is refused."""
-    from legorl.grading.predictions import grade_predictions as _grade, load_predictions
+    from legorl.grading.predictions import grade_predictions as _grade
+    from legorl.grading.predictions import load_predictions
 
+    if out is not None and not out.resolve().parent.is_dir():  # say so before grading, not after
+        _fail(ConfigError(f"--out {out}: directory {out.resolve().parent} does not exist"))
     try:
         preds = load_predictions(predictions)
-        report = _grade(preds, tasks, workers=workers, timeout=timeout, reward_mode=reward_mode,
-                        flagged_policy=flagged_policy)
+        report = _grade(
+            preds, tasks, workers=workers, timeout=timeout, reward_mode=reward_mode, flagged_policy=flagged_policy
+        )
     except LegoRLError as exc:
         _fail(exc)
     table = Table(title=f"graded {len(report['instances'])} predictions")
     for col in ("instance", "model", "status", "resolved", "reward", "blocking flags", "info flags"):
         table.add_column(col)
     for r in report["instances"].values():
-        table.add_row(r["instance_id"], r.get("model_name_or_path") or "",
-                      r["status"] + (f" ({r['cause'][:40]})" if r.get("cause") else ""),
-                      "yes" if r["resolved"] else "no", f"{r['reward']:.2f}",
-                      ", ".join(r["blocking_flags"])[:60], str(len(r["flags"]) - len(r["blocking_flags"])))
+        table.add_row(
+            r["instance_id"],
+            r.get("model_name_or_path") or "",
+            r["status"] + (f" ({r['cause'][:40]})" if r.get("cause") else ""),
+            "yes" if r["resolved"] else "no",
+            f"{r['reward']:.2f}",
+            ", ".join(r["blocking_flags"])[:60],
+            str(len(r["flags"]) - len(r["blocking_flags"])),
+        )
     console.print(table)
     s = report["summary"]
     models = s.get("by_model", {})
-    for name, m in (models.items() if len(models) > 1 else ()):
-        console.print(f"{name or '(no model)'}: resolved {m['resolved']}/{m['total']}  reward mean "
-                      f"{m['reward_mean']:.3f}  flagged {m['flagged']}  env_failure {m['env_failure']}")
-    console.print(f"resolved {s['resolved']}/{s['total']}  reward mean {s['reward_mean']:.3f}  "
-                  f"flagged {s['flagged']}  env_failure {s['env_failure']}")
+    for name, m in models.items() if len(models) > 1 else ():
+        console.print(
+            f"{name or '(no model)'}: resolved {m['resolved']}/{m['total']}  reward mean "
+            f"{m['reward_mean']:.3f}  flagged {m['flagged']}  env_failure {m['env_failure']}"
+        )
+    console.print(
+        f"resolved {s['resolved']}/{s['total']}  reward mean {s['reward_mean']:.3f}  "
+        f"flagged {s['flagged']}  env_failure {s['env_failure']}"
+    )
     if out is not None:
-        out.write_text(json.dumps(report, indent=2))
+        _write_whole(out, json.dumps(report, indent=2))
         console.print(f"report: {out}")
 
 
 @bench_app.command("grader")
 def bench_grader(
     workers: int = typer.Option(2, help="Grading threads."),
-    rounds: int = typer.Option(1, help="Times the built-in suite is graded."),
-    as_json: bool = typer.Option(True, "--json/--no-json", help="Print JSON."),
+    rounds: int = typer.Option(1, min=1, help="Times the suite is graded."),
+    suite: str = typer.Option("builtin", "--suite", help="Task suite graded: a built-in name, 'builtin' or a path."),
+    as_json: bool = typer.Option(True, "--json/--no-json", help=keys_help("grader")),
+    behaviour_cost: bool = typer.Option(
+        True,
+        "--behaviour-cost/--no-behaviour-cost",
+        help="Also grade with and without the behaviour defenses (their cost).",
+    ),
 ) -> None:
-    """Grader throughput on the built-in suite (gold patches) and the cost of each stage."""
+    """Grader throughput on a task suite (gold patches) and the cost of each stage."""
     from legorl.bench.grader import run_grader_bench
 
-    try:
-        result = run_grader_bench(workers=workers, rounds=rounds)
-    except LegoRLError as exc:
-        _fail(exc)
-    print(json.dumps(result, indent=2) if as_json else result)
-
+    result = run_grader_bench(workers=workers, suite=suite, rounds=rounds, behaviour=behaviour_cost)
+    _print_result(result, as_json)
 
 
 @app.command("rollout")
 def rollout_cmd(
-    config: Optional[Path] = typer.Option(None, help="Run config (JSON): harness, budget, sandbox, grading, engine."),
+    config: Path | None = typer.Option(None, help="Run config (JSON): harness, budget, sandbox, grading, engine."),
     set_: list[str] = typer.Option([], "--set", help=_SET_HELP),
-    harness: Optional[str] = typer.Option(None, help="Harness id (see legorl.harnesses.registry; default: the config's, minimal)."),
+    harness: str | None = typer.Option(
+        None, help="Harness id (see legorl.harnesses.registry; default: the config's, minimal)."
+    ),
     task: str = typer.Option("legorl__trivial-001", help="Task instance id."),
     engine: str = typer.Option("scripted-gold", help="embedded | scripted-gold | scripted-wrong"),
-    model: Optional[str] = typer.Option(None, help="Model for the embedded engine (default: the config's, smollm2-135m)."),
-    sandbox: Optional[str] = typer.Option(None, help="Sandbox backend: bwrap | podman (default: the config's, bwrap)."),
-    max_turns: Optional[int] = typer.Option(None, help="Model calls (harness step budget; default: the config's, 6 without one)."),
-    max_tokens: Optional[int] = typer.Option(None, help="Tokens per model call (default: the config's; without one 4096 for scripted engines, 512 for embedded)."),
-    wall_clock_s: Optional[float] = typer.Option(None, help="Harness time limit (default: the config's, 600 without one)."),
-    run_dir: Optional[Path] = typer.Option(None, help="Where turns/rollout/strace go (default: the config's run_dir when it names one, else a temp dir)."),
+    model: str | None = typer.Option(None, help="Model for the embedded engine (default: the config's, smollm2-135m)."),
+    sandbox: str | None = typer.Option(None, help="Sandbox backend: bwrap | podman (default: the config's, bwrap)."),
+    max_turns: int | None = typer.Option(
+        None, help="Model calls (harness step budget; default: the config's, 6 without one)."
+    ),
+    max_tokens: int | None = typer.Option(
+        None,
+        help="Tokens per model call (default: the config's; without one 4096 for scripted engines, 512 for embedded).",
+    ),
+    wall_clock_s: float | None = typer.Option(
+        None, help="Harness time limit (default: the config's, 600 without one)."
+    ),
+    run_dir: Path | None = typer.Option(
+        None, help="Where turns/rollout/strace go (default: the config's run_dir when it names one, else a temp dir)."
+    ),
     option: list[str] = typer.Option([], "--option", "-o", help="Harness option key=value (JSON values ok)."),
 ) -> None:
     """Run one rollout of any registered harness on one task and print a summary."""
@@ -321,9 +633,15 @@ def rollout_cmd(
 
     from legorl.loop.single import rollout_once, single_rollout_config
 
-    flags = {"rollout.harness": harness, "engine.model": model, "rollout.max_turns": max_turns,
-             "rollout.max_tokens_per_turn": max_tokens, "rollout.wall_clock_s": wall_clock_s,
-             "sandbox.type": sandbox, "run_dir": str(run_dir) if run_dir is not None else None}
+    flags: dict[str, object] = {
+        "rollout.harness": harness,
+        "engine.model": model,
+        "rollout.max_turns": max_turns,
+        "rollout.max_tokens_per_turn": max_tokens,
+        "rollout.wall_clock_s": wall_clock_s,
+        "sandbox.type": sandbox,
+        "run_dir": str(run_dir) if run_dir is not None else None,
+    }
     if option:
         flags["rollout.harness_options"] = _overrides(option, "--option")
     try:
@@ -341,16 +659,16 @@ def bench_rollout(
     cold: bool = typer.Option(True, "--cold/--no-cold", help="Build the harness layer in an empty cache first."),
     rollouts: int = typer.Option(2, help="Scripted-gold rollouts after the build."),
     sandbox: str = typer.Option("bwrap", help="Sandbox backend of the rollouts: bwrap | podman."),
-    as_json: bool = typer.Option(True, "--json/--no-json", help="Print JSON."),
+    as_json: bool = typer.Option(True, "--json/--no-json", help=keys_help("rollout")),
 ) -> None:
     """Cold (harness layer build) vs warm start of a harness rollout."""
     from legorl.bench.rollout import run_rollout_bench
 
     try:
         result = run_rollout_bench(harness, task, cold=cold, rollouts=rollouts, sandbox=sandbox)
-    except (LegoRLError, ValueError) as exc:
+    except ValueError as exc:
         _fail(exc)
-    print(json.dumps(result, indent=2) if as_json else result)
+    _print_result(result, as_json)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, field_validator, model_validator
 
@@ -28,13 +28,32 @@ class EngineConfig(_Strict):
 
 
 class RolloutConfig(_Strict):
-    harness: str = Field("minimal", description="Agent program run inside the sandbox: a name of legorl.harnesses.registry.HARNESS_NAMES.")
-    harness_options: dict[str, Any] = Field(default_factory=dict, description="Adapter options (tool sets, step budgets, context limits).")
-    max_turns: int = Field(3, ge=1, description="Agent steps (model calls) per rollout; the gateway serves max_turns + turn_slack calls in all.")
+    harness: str = Field(
+        "minimal",
+        description="Agent program run inside the sandbox: a name of legorl.harnesses.registry.HARNESS_NAMES.",
+    )
+    harness_options: dict[str, Any] = Field(
+        default_factory=dict, description="Adapter options (tool sets, step budgets, context limits)."
+    )
+    max_turns: int = Field(
+        3,
+        ge=1,
+        description="Agent steps (model calls) per rollout; the gateway serves max_turns + turn_slack calls in all.",
+    )
     max_tokens_per_turn: int = Field(512, ge=1, description="Sampling budget per model call.")
-    max_total_tokens: int | None = Field(None, ge=1, description="Generated tokens per rollout, all calls together (the gateway enforces it); null: no limit beyond the calls x max_tokens_per_turn.")
-    turn_slack: int | None = Field(None, ge=0, description="Model calls the gateway serves beyond max_turns (side calls: titles, summaries); null: max(2, ceil(max_turns/4)).")
-    max_concurrent_requests: int = Field(8, ge=1, description="Model calls of one rollout in flight at once (more are refused by the gateway).")
+    max_total_tokens: int | None = Field(
+        None,
+        ge=1,
+        description="Generated tokens per rollout, all calls together (the gateway enforces it); null: no limit beyond the calls x max_tokens_per_turn.",
+    )
+    turn_slack: int | None = Field(
+        None,
+        ge=0,
+        description="Model calls the gateway serves beyond max_turns (side calls: titles, summaries); null: max(2, ceil(max_turns/4)).",
+    )
+    max_concurrent_requests: int = Field(
+        8, ge=1, description="Model calls of one rollout in flight at once (more are refused by the gateway)."
+    )
     temperature: float = Field(1.0, gt=0, description="Sampling temperature (the trainer applies the same).")
     wall_clock_s: float = Field(900.0, gt=0, description="Harness time limit per rollout.")
 
@@ -58,17 +77,27 @@ class _SandboxLimits(_Strict):
 
 
 class BwrapSandboxConfig(_SandboxLimits):
-    type: Literal["bwrap"] = Field("bwrap", description="Bubblewrap: a fresh namespace per exec over a copy of the repo.")
-    cgroups: bool = Field(True, description="Per-sandbox pids/memory cgroup when the cgroup filesystem is writable (else rlimits only).")
-    userns: bool | None = Field(None, description="Run as uid 1000 in a user namespace; null: when bwrap can create one.")
-    python: str | None = Field(None, description="Interpreter visible inside (forwarder, graders); null: this process's.")
+    type: Literal["bwrap"] = Field(
+        "bwrap", description="Bubblewrap: a fresh namespace per exec over a copy of the repo."
+    )
+    cgroups: bool = Field(
+        True, description="Per-sandbox pids/memory cgroup when the cgroup filesystem is writable (else rlimits only)."
+    )
+    userns: bool | None = Field(
+        None, description="Run as uid 1000 in a user namespace; null: when bwrap can create one."
+    )
+    python: str | None = Field(
+        None, description="Interpreter visible inside (forwarder, graders); null: this process's."
+    )
     hide: list[Path] = Field(default_factory=list, description="More host paths masked inside every sandbox.")
 
 
 class PodmanSandboxConfig(_SandboxLimits):
     type: Literal["podman"] = Field("podman", description="Podman (or Docker): one OCI container per sandbox.")
     executable: Literal["podman", "docker"] = Field("podman", description="Container CLI.")
-    image: str | None = Field(None, description="Run this image instead of the cached debootstrap base (e.g. a SWE-bench image).")
+    image: str | None = Field(
+        None, description="Run this image instead of the cached debootstrap base (e.g. a SWE-bench image)."
+    )
     runtime: str | None = Field("runc", description="OCI runtime (--runtime); null: the CLI's default.")
     extra_run_args: list[str] = Field(default_factory=list, description="More arguments for `<executable> run`.")
 
@@ -76,29 +105,86 @@ class PodmanSandboxConfig(_SandboxLimits):
 def _sandbox_type(value: Any) -> str | None:
     # a section without "type" is bwrap's (the default backend): `--set sandbox.memory_mb=512` works alone
     if isinstance(value, dict):
-        return value.get("type", "bwrap")
-    return getattr(value, "type", None)
+        kind = value.get("type", "bwrap")
+    else:
+        kind = getattr(value, "type", None)
+    return kind if kind is None else str(kind)
 
 
-SandboxConfig = Annotated[Union[Annotated[BwrapSandboxConfig, Tag("bwrap")], Annotated[PodmanSandboxConfig, Tag("podman")]],
-                          Discriminator(_sandbox_type)]
+SandboxConfig = Annotated[
+    Annotated[BwrapSandboxConfig, Tag("bwrap")] | Annotated[PodmanSandboxConfig, Tag("podman")],
+    Discriminator(_sandbox_type),
+]
 
 
 class GradingConfig(_Strict):
-    reward_mode: Literal["binary", "partial"] = Field("binary", description="binary: 1 when every FAIL_TO_PASS and PASS_TO_PASS test passes; partial: the fraction passing.")
+    reward_mode: Literal["binary", "partial"] = Field(
+        "binary",
+        description="binary: 1 when every FAIL_TO_PASS and PASS_TO_PASS test passes; partial: the fraction passing.",
+    )
     retries: int = Field(1, ge=0, description="Times an environment failure of the grader is retried.")
-    flagged_policy: Literal["zero", "drop"] = Field("zero", description="What a rollout with a blocking grader flag gets: reward 0, or left out of the batch.")
+    flagged_policy: Literal["zero", "drop"] = Field(
+        "zero", description="What a rollout with a blocking grader flag gets: reward 0, or left out of the batch."
+    )
     timeout_s: float = Field(120.0, gt=0, description="Test-run time limit when grading.")
 
 
 class TrainerConfig(_Strict):
     objective: Literal["gspo", "gspo_token", "grpo"] = Field("gspo", description="Policy-gradient objective.")
-    lr: float = Field(1e-6, gt=0, description="AdamW learning rate.")
+    lr: float = Field(1e-6, gt=0, description="AdamW learning rate (peak, after warm-up).")
+    lr_warmup_steps: int = Field(
+        0,
+        ge=0,
+        description="Training steps (batches) over which the learning rate rises linearly from lr/(warmup+1) to lr.",
+    )
+    lr_schedule: Literal["constant", "linear", "cosine"] = Field(
+        "constant", description="After warm-up: constant, or linear / cosine decay to 0 at the run's last step."
+    )
     eps_low: float = Field(3e-4, ge=0, description="Lower clip range of the ratio (GRPO: 0.2).")
     eps_high: float = Field(4e-4, ge=0, description="Upper clip range of the ratio (GRPO: 0.2).")
-    tis_cap: float | None = Field(2.0, description="Truncated importance sampling cap for rollout/trainer mismatch; null disables.")
-    grad_clip: float = Field(1.0, gt=0, description="Max global gradient norm.")
-    chunk_size: int = Field(1024, ge=16, description="Tokens per forward chunk when recomputing logprobs.")
+    tis_cap: float | None = Field(
+        2.0, description="Truncated importance sampling cap for rollout/trainer mismatch; null disables."
+    )
+    grad_clip: float = Field(1.0, gt=0, description="Max global gradient norm (per optimiser step).")
+    ppo_epochs: int = Field(
+        1, ge=1, description="Passes over each batch; each pass takes one optimiser step per mini-batch."
+    )
+    minibatch_size: int | None = Field(
+        None, ge=1, description="Samples per optimiser step; null: the whole batch (one step per epoch)."
+    )
+    forward_tokens: int = Field(
+        2048,
+        ge=16,
+        description="Padded tokens (rows x longest row) per forward pass: a mini-batch is split into forward passes of at most this size (gradients accumulate). Activation memory grows with it (about 1 MB per token for SmolLM2-135M).",
+    )
+    loss_aggregation: Literal["sample_mean", "token_mean"] = Field(
+        "sample_mean",
+        description="sample_mean: every sample weighs the same; token_mean: every sampled token does (see legorl.training.gspo).",
+    )
+    kl_coef: float = Field(
+        0.0,
+        ge=0,
+        description="Weight of a k3 KL penalty to the initial policy (a frozen copy is kept when > 0); 0: none, as in the GSPO paper.",
+    )
+    truncated: Literal["keep", "mask", "penalize", "drop"] = Field(
+        "keep",
+        description="Rollouts cut by the turn or token budget: keep (train on the graded reward), mask (their reward counts in the group baseline, their samples get no gradient), penalize (reward set to truncated_reward before group statistics), drop (left out before group statistics). Counted per step either way.",
+    )
+    truncated_reward: float = Field(0.0, description="The reward a truncated rollout gets under truncated=penalize.")
+    chunk_size: int = Field(
+        1024,
+        ge=16,
+        description="Positions per LM-head chunk: the full-vocabulary logits exist for this many positions at a time.",
+    )
+
+
+class CheckpointConfig(_Strict):
+    every: int = Field(
+        0,
+        ge=0,
+        description="Write a checkpoint every K training steps (0: only after the last step); see legorl.training.checkpoint.",
+    )
+    keep: int = Field(2, ge=1, description="Complete checkpoints kept (the oldest are removed).")
 
 
 class RunConfig(_Strict):
@@ -114,40 +200,83 @@ class RunConfig(_Strict):
     sandbox: SandboxConfig = Field(default_factory=BwrapSandboxConfig)
     grading: GradingConfig = Field(default_factory=GradingConfig)
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)
+    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
 
     @model_validator(mode="after")
-    def _grpo_clip(self) -> "RunConfig":
+    def _grpo_clip(self) -> RunConfig:
         if self.trainer.objective == "grpo" and self.trainer.eps_high < 0.01:
             raise ValueError("objective 'grpo' uses token ratios: set trainer.eps_low/eps_high (e.g. 0.2)")
         return self
 
     @classmethod
-    def load(cls, path: Path | None = None, **overrides: object) -> "RunConfig":
-        data: dict = {}
+    def load(cls, path: Path | None = None, **overrides: object) -> RunConfig:
+        """The config of JSON file ``path`` (None: the defaults) with ``overrides`` (``"trainer.lr": 2e-6``;
+        None values are skipped) applied. Every problem raises :class:`ConfigError` naming the file and the
+        field path (``field 'sandbox.memory_mb': ...``)."""
+        where = f"run config {path}" if path is not None else "run config"
+        data: Any = {}
         if path is not None:
             try:
-                data = json.loads(Path(path).read_text())
-            except (OSError, json.JSONDecodeError) as exc:
-                raise ConfigError(f"cannot read config {path}: {exc}") from None
+                text = Path(path).read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as exc:
+                raise ConfigError(f"cannot read {where}: {exc}") from None
+            try:
+                data = json.loads(text)
+            except (json.JSONDecodeError, RecursionError) as exc:
+                raise ConfigError(f"{where}: not valid JSON: {exc}") from None
+            if not isinstance(data, dict):
+                raise ConfigError(f"{where}: expected a JSON object of fields and sections, got {type(data).__name__}")
         for dotted, value in overrides.items():
             if value is None:
                 continue
             node = data
             *parents, leaf = dotted.split(".")
-            for p in parents:
-                node = node.setdefault(p, {})
+            for i, p in enumerate(parents):
+                child = node.setdefault(p, {})
+                if not isinstance(child, dict):  # `--set steps=2 --set steps.x=1`, or a scalar in the file
+                    raise ConfigError(
+                        f"{where}: cannot set {dotted!r}: field {'.'.join(parents[: i + 1])!r} is a "
+                        f"{type(child).__name__}, not a section"
+                    )
+                node = child
             node[leaf] = value
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
-            problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-            raise ConfigError(f"invalid run config: {problems}") from None
+            problems = "; ".join(
+                f"field {_field_path(e['loc'], data)}: {' '.join(e['msg'].split())}" for e in exc.errors()
+            )
+            raise ConfigError(f"invalid {where}: {problems}") from None
+
+
+def _field_path(loc: tuple[int | str, ...], data: Any) -> str:
+    """A validation error's location as the user's field path, quoted: pydantic puts the tag of a tagged
+    union in it (``sandbox.podman.cgroups``), which is no key of the input; it is said after the path
+    instead (``'sandbox.cgroups' (sandbox type 'podman')``)."""
+    parts: list[str] = []
+    tags: list[str] = []
+    node = data
+    for i, part in enumerate(loc):
+        if isinstance(node, dict):
+            if part not in node and i < len(loc) - 1:
+                tags.append(f" ({'.'.join(parts)} type {part!r})")
+                continue
+            node = node.get(part)
+        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+            node = node[part]
+        else:
+            node = None
+        text = str(part)  # a key from the file may hold anything, a newline included: keep the message one line
+        parts.append(text if text.isprintable() else text.encode("unicode_escape").decode("ascii"))
+    return f"'{'.'.join(parts)}'" + "".join(tags)
 
 
 def shipped_config(name: str) -> Path:
     """``configs/<name>.json`` of the source checkout (what ``legorl demo`` trains with)."""
     path = CONFIGS_DIR / f"{name}.json"
     if not path.is_file():
-        raise ConfigError(f"{path} not found: shipped configs live in the source checkout's configs/ "
-                          "(run `legorl train --config <file>` with a config of your own)")
+        raise ConfigError(
+            f"{path} not found: shipped configs live in the source checkout's configs/ "
+            "(run `legorl train --config <file>` with a config of your own)"
+        )
     return path

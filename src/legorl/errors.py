@@ -16,6 +16,7 @@ environment failure.
      │    └── ImageBuildError          a cached image layer could not be built (names the step, with its output)
      │         └── ImageDiskFullError  ... because the disk filled up (the partial layer was removed)
      ├── TaskError                a task record or suite is malformed (names instance and field)
+     ├── RunDirError              a run directory is missing, truncated or corrupt (names the file)
      └── AlignmentBuildError      recorded turns contradict their alignment events
 
 Every class is defined here except those marked ``[module]``, which live beside the state they need.
@@ -29,7 +30,7 @@ grader answer ``status="env_failure"`` (retried, then left out of the gradient);
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 
@@ -72,8 +73,15 @@ class GatewayError(LegoRLError):
     e.g. ``context_length_exceeded``, ``invalid_api_key``, ``engine_overloaded``, ``engine_timeout``.
     ``body()`` / ``response()`` give the OpenAI shape (the default dialect)."""
 
-    def __init__(self, status: int, message: str, *, type: str = "invalid_request_error", param: str | None = None,
-                 code: str | None = None):
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        type: str = "invalid_request_error",
+        param: str | None = None,
+        code: str | None = None,
+    ):
         super().__init__(message)
         self.status, self.message, self.type, self.param, self.code = status, message, type, param, code
 
@@ -116,11 +124,16 @@ class TaskError(LegoRLError):
     pass
 
 
+class RunDirError(LegoRLError):
+    """A run directory cannot be read: no ``run.sqlite``, a truncated or corrupt database, a missing or
+    unreadable ``tokens/*.parquet`` file. The message names the file."""
+
+
 class AlignmentBuildError(LegoRLError):
     """Recorded turns contradict their alignment events."""
 
 
-class EnvFailureCause(str, Enum):
+class EnvFailureCause(StrEnum):
     """Why the grader could not give a verdict (``GraderReport.cause_kind``; ``GraderReport.cause`` is
     ``"<value>: <detail>"``). A ``str`` enum: it serialises as its value, as the cause prefixes did."""
 
@@ -133,14 +146,18 @@ class EnvFailureCause(str, Enum):
     NO_SOURCE = "no_source"  # the task has no local source_dir and no sandbox spec was given
     NO_TESTS = "no_tests"  # the task lists no FAIL_TO_PASS/PASS_TO_PASS tests
 
-    def __str__(self) -> str:
-        return self.value
-
     @property
     def transient(self) -> bool:
         """Worth retrying: the environment may behave next time (a broken task will not)."""
         return self in _TRANSIENT
 
 
-_TRANSIENT = frozenset({EnvFailureCause.IMAGE_BUILD, EnvFailureCause.SANDBOX_CREATE, EnvFailureCause.SANDBOX_CRASH,
-                        EnvFailureCause.RUNNER_TIMEOUT, EnvFailureCause.RUNNER_CRASHED})
+_TRANSIENT = frozenset(
+    {
+        EnvFailureCause.IMAGE_BUILD,
+        EnvFailureCause.SANDBOX_CREATE,
+        EnvFailureCause.SANDBOX_CRASH,
+        EnvFailureCause.RUNNER_TIMEOUT,
+        EnvFailureCause.RUNNER_CRASHED,
+    }
+)

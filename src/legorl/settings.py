@@ -23,9 +23,9 @@ Variables the project sets for its own programs inside a sandbox (``LEGORL_SESSI
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
 
 from legorl.errors import ConfigError
 
@@ -54,7 +54,7 @@ class Settings:
     bwrap_userns: bool = True  # False: never; True: when bwrap can create a user namespace here
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> "Settings":
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         env = os.environ if env is None else env
         home = Path(env.get("LEGORL_HOME") or Path.home() / ".cache" / "legorl").expanduser()
         raw_bytes = env.get("LEGORL_IMAGE_CACHE_BYTES")
@@ -67,9 +67,12 @@ class Settings:
                 raise ConfigError(f"LEGORL_IMAGE_CACHE_BYTES={raw_bytes!r}: must not be negative")
         else:
             cache_bytes = DEFAULT_IMAGE_CACHE_BYTES
-        return cls(legorl_home=home, image_cache_bytes=cache_bytes,
-                   cgroups_enabled=not _flag(env, "LEGORL_NO_CGROUPS", False),
-                   bwrap_userns=_flag(env, "LEGORL_BWRAP_USERNS", True))
+        return cls(
+            legorl_home=home,
+            image_cache_bytes=cache_bytes,
+            cgroups_enabled=not _flag(env, "LEGORL_NO_CGROUPS", False),
+            bwrap_userns=_flag(env, "LEGORL_BWRAP_USERNS", True),
+        )
 
 
 def settings() -> Settings:

@@ -47,7 +47,11 @@ def noeos(engine):
 def prompts(engine):
     tok = engine.tokenizer
     return [
-        list(tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True, tokenize=True)["input_ids"])
+        list(
+            tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True, tokenize=True)[
+                "input_ids"
+            ]
+        )
         for q in QUESTIONS
     ]
 
@@ -63,7 +67,10 @@ async def test_fidelity_concurrent_logprobs_match_recompute(engine, prompts):
     reqs = [(prompts[i % len(prompts)], 8 + (i * 29) % 89) for i in range(32)]  # max_tokens 8..96
     t = time.perf_counter()
     results = await asyncio.gather(
-        *[engine.generate(p, SamplingParams(max_tokens=m, temperature=1.0, top_p=1.0, seed=1000 + i)) for i, (p, m) in enumerate(reqs)]
+        *[
+            engine.generate(p, SamplingParams(max_tokens=m, temperature=1.0, top_p=1.0, seed=1000 + i))
+            for i, (p, m) in enumerate(reqs)
+        ]
     )
     gen_s = time.perf_counter() - t
     a, b = [], []
@@ -77,7 +84,9 @@ async def test_fidelity_concurrent_logprobs_match_recompute(engine, prompts):
     a_t, b_t = torch.tensor(a, dtype=torch.float64), torch.tensor(b, dtype=torch.float64)
     pearson = torch.corrcoef(torch.stack([a_t, b_t]))[0, 1].item()
     maxd = (a_t - b_t).abs().max().item()
-    print(f"\nfidelity: {len(a)} tokens in {gen_s:.1f}s, pearson={pearson:.7f} max|d|={maxd:.2e} mean|d|={(a_t - b_t).abs().mean():.2e}")
+    print(
+        f"\nfidelity: {len(a)} tokens in {gen_s:.1f}s, pearson={pearson:.7f} max|d|={maxd:.2e} mean|d|={(a_t - b_t).abs().mean():.2e}"
+    )
     assert pearson >= 0.9999
     assert maxd <= 1e-3
 
@@ -214,9 +223,10 @@ async def test_update_weights(engine, prompts):
         assert engine._prefix.total == 0
         after = await engine.generate(prompts[0], sp)
         assert after.weight_version == v1 and after.cached_prompt_tokens == 0
-        assert after.token_ids != before.token_ids or max(
-            abs(x - y) for x, y in zip(after.logprobs, before.logprobs)
-        ) > 1e-3
+        assert (
+            after.token_ids != before.token_ids
+            or max(abs(x - y) for x, y in zip(after.logprobs, before.logprobs)) > 1e-3
+        )
         with pytest.raises(EngineError, match="unknown parameter"):
             await engine.update_weights({"nope": orig})
     finally:
@@ -232,8 +242,15 @@ async def test_close_fails_pending():
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096)
+    cfg = LlamaConfig(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=4096,
+    )
     eng = EmbeddedEngine(LlamaForCausalLM(cfg), None, model_name="tiny", eos_token_ids=(), max_batch_size=2)
     tasks = [asyncio.create_task(eng.generate([1, 2, 3], SamplingParams(max_tokens=3000, seed=i))) for i in range(4)]
     await asyncio.sleep(0.2)

@@ -13,25 +13,59 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
 import threading
+from typing import Any
 
+import httpx
 import pytest
 
 from legorl.config import EngineConfig
 from legorl.engines.base import EngineHealth, GenerationResult
-from legorl.gateway.renderer import load_smollm2_gguf_tokenizer
+from legorl.engines.scripted import ScriptedEngine
+from legorl.gateway.app import Gateway
+from legorl.gateway.renderer import ChatTemplateRenderer, format_tool_call, load_smollm2_gguf_tokenizer
+from legorl.gateway.sessions import SessionRegistry
 from legorl.loop.stack import GatewayStack, open_gateway_stack
+from legorl.trajectory.store import RunStore
 
 IM_END = 2
 
 TOOLS_OPENAI = [
-    {"type": "function", "function": {"name": "bash", "description": "Run a shell command.",
-     "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}, "timeout": {"type": "integer"}}, "required": ["cmd"]}}},
-    {"type": "function", "function": {"name": "write", "description": "Write a file.",
-     "parameters": {"type": "object", "properties": {"path": {"type": "string"}, "text": {"type": "string"}}, "required": ["path", "text"]}}},
+    {
+        "type": "function",
+        "function": {
+            "name": "bash",
+            "description": "Run a shell command.",
+            "parameters": {
+                "type": "object",
+                "properties": {"cmd": {"type": "string"}, "timeout": {"type": "integer"}},
+                "required": ["cmd"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "write",
+            "description": "Write a file.",
+            "parameters": {
+                "type": "object",
+                "properties": {"path": {"type": "string"}, "text": {"type": "string"}},
+                "required": ["path", "text"],
+            },
+        },
+    },
 ]
-TOOLS_ANTHROPIC = [{"name": t["function"]["name"], "description": t["function"]["description"], "input_schema": t["function"]["parameters"]} for t in TOOLS_OPENAI]
+TOOLS_ANTHROPIC = [
+    {
+        "name": t["function"]["name"],
+        "description": t["function"]["description"],
+        "input_schema": t["function"]["parameters"],
+    }
+    for t in TOOLS_OPENAI
+]
 TOOLS_RESPONSES = [{"type": "function", **t["function"]} for t in TOOLS_OPENAI]
 
 # Four tool calls as the model "samples" them, each spelled differently from the renderer's
@@ -150,8 +184,9 @@ class LiveServer:
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
-        self._cm = open_gateway_stack(EngineConfig(), engine_instance=engine, tokenizer=tokenizer,
-                                      run_dir=run_dir, unix_socket=False)
+        self._cm = open_gateway_stack(
+            EngineConfig(), engine_instance=engine, tokenizer=tokenizer, run_dir=run_dir, unix_socket=False
+        )
         try:
             self.stack: GatewayStack = asyncio.run_coroutine_threadsafe(self._cm.__aenter__(), self.loop).result(30)
         except BaseException:
@@ -172,6 +207,51 @@ class LiveServer:
             asyncio.run_coroutine_threadsafe(self._cm.__aexit__(None, None, None), self.loop).result(30)
         finally:
             self._stop_loop()
+
+
+PATHS = {"chat": "/v1/chat/completions", "anthropic": "/v1/messages", "responses": "/v1/responses"}
+REPLIES = ["Sure.", format_tool_call("bash", {"cmd": "ls -la"}), "odd \u2028 text \x00 here", ""]
+
+
+class InProcessGateway:
+    """A real gateway (dialects, SmolLM2 renderer, RunStore in ``run_dir``) served in process (ASGI) on
+    one event loop, in front of a :class:`ScriptedEngine` cycling through :data:`REPLIES` (for tests
+    where the engine is not what is tested). ``seen``: counters a test may keep per dialect."""
+
+    def __init__(self, tok: Any, run_dir: Any, *, strict: bool = True) -> None:
+        n = {"i": 0}
+
+        def policy(_prompt: str) -> str:
+            n["i"] += 1
+            return REPLIES[n["i"] % len(REPLIES)]
+
+        self.renderer = ChatTemplateRenderer(tok)
+        self.store = RunStore(run_dir)
+        self.gw = Gateway(
+            ScriptedEngine(tok, policy, max_context=4096),
+            self.renderer,
+            SessionRegistry(),
+            self.store,
+            "m",
+            default_max_tokens=16,
+            strict=strict,
+        )
+        self.loop = asyncio.new_event_loop()
+        self.http = httpx.AsyncClient(transport=httpx.ASGITransport(app=self.gw.app), base_url="http://gw", timeout=30)
+        self.n = 0
+        self.seen: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
+
+    def post(self, dialect: str, token: str, body: dict[str, Any]) -> httpx.Response:
+        # json.dumps (ensure_ascii) writes lone surrogates as \\udxxx escapes: valid JSON text, as a
+        # JavaScript client's JSON.stringify sends them
+        data = json.dumps(body).encode()
+        headers = {"Authorization": f"Bearer {token}", "content-type": "application/json"}
+        return self.loop.run_until_complete(self.http.post(PATHS[dialect], content=data, headers=headers))
+
+    def close(self) -> None:
+        self.loop.run_until_complete(self.http.aclose())
+        self.loop.close()
+        self.store.close(compact=False)
 
 
 @pytest.fixture(scope="session")

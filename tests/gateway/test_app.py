@@ -31,7 +31,11 @@ IM_END = 2
 TOOLS = [
     {
         "type": "function",
-        "function": {"name": "bash", "description": "run", "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}}},
+        "function": {
+            "name": "bash",
+            "description": "run",
+            "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}},
+        },
     }
 ]
 
@@ -122,15 +126,31 @@ def test_completion_shape_usage_and_recording(scripted):
     gw, eng, srv, store = scripted
     token = gw.open_session("r-1")
     c = client(srv, token)
-    r1 = c.chat.completions.create(model="whatever", messages=[{"role": "user", "content": "hi"}], max_tokens=50, temperature=0.7, top_p=0.9, seed=5, extra_body={"reasoning_effort": "low", "prompt_cache_key": "k"})
-    r2 = c.chat.completions.create(model="whatever", messages=[{"role": "user", "content": "hi"}], max_completion_tokens=7)
+    r1 = c.chat.completions.create(
+        model="whatever",
+        messages=[{"role": "user", "content": "hi"}],
+        max_tokens=50,
+        temperature=0.7,
+        top_p=0.9,
+        seed=5,
+        extra_body={"reasoning_effort": "low", "prompt_cache_key": "k"},
+    )
+    r2 = c.chat.completions.create(
+        model="whatever", messages=[{"role": "user", "content": "hi"}], max_completion_tokens=7
+    )
     assert r1.id.startswith("chatcmpl-") and r1.id != r2.id
     assert r1.object == "chat.completion" and r1.model == "smollm2-135m"
     assert r1.choices[0].message.content == "ok" and r1.choices[0].finish_reason == "stop"
     assert r1.usage.prompt_tokens == len(eng.prompts[0]) and r1.usage.completion_tokens == 2
     assert r1.usage.total_tokens == r1.usage.prompt_tokens + 2
     s = eng.samplings[0]
-    assert (s.max_tokens, s.temperature, s.top_p, s.seed, s.stop_token_ids) == (50, 0.7, 0.9, 5, gw.renderer.stop_token_ids)
+    assert (s.max_tokens, s.temperature, s.top_p, s.seed, s.stop_token_ids) == (
+        50,
+        0.7,
+        0.9,
+        5,
+        gw.renderer.stop_token_ids,
+    )
     assert eng.samplings[1].max_tokens == 7
     # recorded (and fsync'd) before the response came back
     turns = list(store.iter_turns("r-1"))
@@ -157,7 +177,10 @@ def test_tool_calls_roundtrip(scripted):
     assert ch.message.tool_calls[0].id.startswith("call_")
     assert r.model_extra["x_legorl"]["unparsed_tool_calls"] == 1
     assert "<tool_call>{broken</tool_call>" in ch.message.content
-    msgs += [ch.message.model_dump(exclude_none=True), {"role": "tool", "tool_call_id": ch.message.tool_calls[0].id, "content": "a.py b.py"}]
+    msgs += [
+        ch.message.model_dump(exclude_none=True),
+        {"role": "tool", "tool_call_id": ch.message.tool_calls[0].id, "content": "a.py b.py"},
+    ]
     r2 = c.chat.completions.create(model="m", messages=msgs, tools=TOOLS)
     assert r2.choices[0].message.content == "All done."
     turns = gw.session_turns(token)
@@ -165,7 +188,9 @@ def test_tool_calls_roundtrip(scripted):
     # the returned message: realign (held tokens kept) since realign landed
     assert [t.alignment.kind for t in turns] in (["start", "extend"], ["start", "realign"])
     assert gw.renderer.decode(eng.prompts[1]).count("<tool_response>\na.py b.py\n</tool_response>") == 1
-    assert turns[1].prompt_token_ids[: turns[1].reused_prefix_len] == turns[0].prompt_token_ids + turns[0].output_token_ids
+    assert (
+        turns[1].prompt_token_ids[: turns[1].reused_prefix_len] == turns[0].prompt_token_ids + turns[0].output_token_ids
+    )
 
 
 def test_stop_strings_cut_output(scripted):
@@ -241,19 +266,39 @@ def test_threads_models_health_head_and_uds(scripted, tmp_path):
     token = gw.open_session("r-misc")
     c = client(srv, token)
     c.chat.completions.create(model="m", messages=[{"role": "user", "content": "a"}])
-    c.chat.completions.create(model="m", messages=[{"role": "user", "content": "b"}], extra_headers={"x-legorl-thread": "sub-1"})
-    c.chat.completions.create(model="m", messages=[{"role": "user", "content": "c"}], extra_headers={"x-session-id": "oc-2"})
-    assert [(t.thread_id, t.alignment.kind) for t in gw.session_turns(token)] == [("main", "start"), ("sub-1", "start"), ("oc-2", "start")]
+    c.chat.completions.create(
+        model="m", messages=[{"role": "user", "content": "b"}], extra_headers={"x-legorl-thread": "sub-1"}
+    )
+    c.chat.completions.create(
+        model="m", messages=[{"role": "user", "content": "c"}], extra_headers={"x-session-id": "oc-2"}
+    )
+    assert [(t.thread_id, t.alignment.kind) for t in gw.session_turns(token)] == [
+        ("main", "start"),
+        ("sub-1", "start"),
+        ("oc-2", "start"),
+    ]
     assert [m.id for m in c.models.list()] == ["smollm2-135m"]
     assert httpx.head(srv.root_url + "/").status_code == 200
     h = httpx.get(srv.root_url + "/health").json()
     assert h["ok"] and h["weight_version"] == 3
     # x-api-key works too, and the Unix socket serves the same app
     uds_client = httpx.Client(transport=httpx.HTTPTransport(uds=str(srv.uds_path)))
-    r = uds_client.post("http://gateway/v1/chat/completions", json={"messages": [{"role": "user", "content": "d"}]}, headers={"x-api-key": token})
+    r = uds_client.post(
+        "http://gateway/v1/chat/completions",
+        json={"messages": [{"role": "user", "content": "d"}]},
+        headers={"x-api-key": token},
+    )
     assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == "ok"
-    sdk = openai.OpenAI(base_url="http://gateway/v1", api_key=token, http_client=httpx.Client(transport=httpx.HTTPTransport(uds=str(srv.uds_path))), max_retries=0)
-    assert sdk.chat.completions.create(model="m", messages=[{"role": "user", "content": "e"}]).choices[0].message.content == "ok"
+    sdk = openai.OpenAI(
+        base_url="http://gateway/v1",
+        api_key=token,
+        http_client=httpx.Client(transport=httpx.HTTPTransport(uds=str(srv.uds_path))),
+        max_retries=0,
+    )
+    assert (
+        sdk.chat.completions.create(model="m", messages=[{"role": "user", "content": "e"}]).choices[0].message.content
+        == "ok"
+    )
     closed = gw.close_session(token)
     assert len(closed) == 5
     with pytest.raises(openai.AuthenticationError):
@@ -265,7 +310,16 @@ async def test_async_context_manager_in_running_loop(tok, tmp_path):
     token = gw.open_session("r-async")
     async with GatewayServer(gw, port=0, uds=tmp_path / "s.sock") as srv:
         c = openai.AsyncOpenAI(base_url=srv.base_url, api_key=token, max_retries=0)
-        rs = await asyncio.gather(*[c.chat.completions.create(model="m", messages=[{"role": "user", "content": str(i)}], extra_headers={"x-legorl-thread": f"t{i}"}) for i in range(4)])
+        rs = await asyncio.gather(
+            *[
+                c.chat.completions.create(
+                    model="m",
+                    messages=[{"role": "user", "content": str(i)}],
+                    extra_headers={"x-legorl-thread": f"t{i}"},
+                )
+                for i in range(4)
+            ]
+        )
         assert all(r.choices[0].message.content == "ok" for r in rs)
         assert (tmp_path / "s.sock").exists()
     assert not (tmp_path / "s.sock").exists()
@@ -309,7 +363,9 @@ def test_real_three_turn_conversation_is_token_exact(real):
     sampled = [tid for t in turns for tid in t.output_token_ids]
     assert [tid for m, tid in zip(s.loss_mask, s.token_ids) if m] == sampled
     assert s.num_sampled == len(sampled)
-    assert [lp for m, lp in zip(s.loss_mask, s.rollout_logprobs) if m] == [lp for t in turns for lp in t.output_logprobs]
+    assert [lp for m, lp in zip(s.loss_mask, s.rollout_logprobs) if m] == [
+        lp for t in turns for lp in t.output_logprobs
+    ]
     assert all(lp == 0.0 for m, lp in zip(s.loss_mask, s.rollout_logprobs) if not m)
     assert all(lp <= 0.0 for lp in s.rollout_logprobs)
     assert s.token_ids == turns[-1].prompt_token_ids + turns[-1].output_token_ids
@@ -322,10 +378,15 @@ def test_real_errors(real):
     assert raw(srv, token, b"{oops").status_code == 400
     e = _err(raw(srv, token, b'{"model": "x"}'))
     assert e["param"] == "messages"
-    assert _err(raw(srv, token, b'{"messages": [{"role": "user", "content": "x"}], "temperature": "hot"}'))["param"] == "temperature"
+    assert (
+        _err(raw(srv, token, b'{"messages": [{"role": "user", "content": "x"}], "temperature": "hot"}'))["param"]
+        == "temperature"
+    )
     assert raw(srv, "not-a-token", b'{"messages": [{"role": "user", "content": "x"}]}').status_code == 401
     with pytest.raises(openai.BadRequestError) as ei:
-        client(srv, token).chat.completions.create(model="m", messages=[{"role": "user", "content": "word " * 9000}], max_tokens=4)
+        client(srv, token).chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "word " * 9000}], max_tokens=4
+        )
     assert ei.value.status_code == 400 and ei.value.code == "context_length_exceeded"
 
 
@@ -341,7 +402,10 @@ async def test_real_16_concurrent_sessions(real):
         for k in range(2):
             r = await c.chat.completions.create(model="m", messages=msgs, max_tokens=5, seed=k)
             ids.append(r.id)
-            msgs += [{"role": "assistant", "content": r.choices[0].message.content}, {"role": "user", "content": "More."}]
+            msgs += [
+                {"role": "assistant", "content": r.choices[0].message.content},
+                {"role": "user", "content": "More."},
+            ]
         await c.close()
         return ids
 
@@ -352,7 +416,10 @@ async def test_real_16_concurrent_sessions(real):
         turns = gw.session_turns(token)
         assert [t.response["id"] for t in turns] == ids
         assert all(rid in gw.renderer.decode(t.prompt_token_ids) for t in turns)
-        assert [t.alignment.kind for t in turns] in (["start", "extend"], ["start", "realign"])  # realign: client trimmed the sampled text
+        assert [t.alignment.kind for t in turns] in (
+            ["start", "extend"],
+            ["start", "realign"],
+        )  # realign: client trimmed the sampled text
         assert [t.session_id for t in store.iter_turns(rid)] == [rid, rid]
         assert len(build_samples(turns, rid)) == 1
     print(f"16 sessions x 2 turns in {elapsed:.1f}s")

@@ -70,12 +70,23 @@ def test_session_tokens_never_look_like_options_nor_need_quoting():
 
 def test_session_budget_from_rollout_budget_and_validation():
     b = SessionBudget.from_budget(Budget(max_turns=2, max_tokens_per_turn=64), declared_concurrency=1)
-    assert (b.max_turns, b.turn_slack, b.max_calls, b.max_tokens_per_turn, b.max_total_tokens, b.max_concurrent,
-            b.declared_concurrency) == (2, 2, 4, 64, None, 8, 1)
+    assert (
+        b.max_turns,
+        b.turn_slack,
+        b.max_calls,
+        b.max_tokens_per_turn,
+        b.max_total_tokens,
+        b.max_concurrent,
+        b.declared_concurrency,
+    ) == (2, 2, 4, 64, None, 8, 1)
     assert SessionBudget.from_budget(Budget(max_turns=8)).max_calls == 10
     assert SessionBudget.from_budget(Budget(max_turns=30)).max_calls == 38
-    assert SessionBudget.from_budget(Budget(max_turns=3, turn_slack=0, max_total_tokens=100,
-                                            max_concurrent_requests=2)).max_calls == 3
+    assert (
+        SessionBudget.from_budget(
+            Budget(max_turns=3, turn_slack=0, max_total_tokens=100, max_concurrent_requests=2)
+        ).max_calls
+        == 3
+    )
     assert [default_turn_slack(n) for n in (1, 4, 8, 9, 40)] == [2, 2, 2, 3, 10]
     for bad in ({"max_turns": 0}, {"max_total_tokens": -1}, {"turn_slack": -1}, {"max_concurrent": 1.5}):
         with pytest.raises(ValueError):
@@ -135,14 +146,13 @@ def test_real_sdks_stop_at_once_on_a_spent_budget(fake):
     tok = gw.open_session("sdk-openai", budget=SessionBudget(max_turns=1))
     oc = openai.OpenAI(base_url=live.srv.base_url, api_key=tok, max_retries=2)
     oc.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
-    t0 = time.perf_counter()
     with pytest.raises(openai.PermissionDeniedError) as ei:
         oc.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
     assert ei.value.code == "budget_exhausted"
     with pytest.raises(openai.PermissionDeniedError):
         oc.responses.create(model="m", input="hi")
-    assert time.perf_counter() - t0 < 5  # no backoff
-    assert gw.session_report(tok).calls_refused == {"turns": 2}  # one request per call: not retried
+    # one request per call: not retried (counted by the gateway, not timed: a loaded machine is slow)
+    assert gw.session_report(tok).calls_refused == {"turns": 2}
 
     tok = gw.open_session("sdk-anthropic", budget=SessionBudget(max_turns=1))
     ac = anthropic.Anthropic(base_url=live.srv.root_url, api_key=tok, max_retries=2)
@@ -170,8 +180,12 @@ def test_failed_calls_give_their_turn_back(fake):
 def test_bad_bodies_are_not_charged(fake):
     gw, _eng, live = fake
     token = gw.open_session("bad", budget=SessionBudget(max_turns=1))
-    r = httpx.post(live.srv.base_url + "/chat/completions", json={"model": "m"},
-                   headers={"Authorization": f"Bearer {token}"}, timeout=30)
+    r = httpx.post(
+        live.srv.base_url + "/chat/completions",
+        json={"model": "m"},
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=30,
+    )
     assert r.status_code == 400
     assert post(live, "chat", token).status_code == 200
     assert gw.session_report(token).calls_admitted == 1
@@ -198,7 +212,12 @@ def test_per_turn_clip_and_total_token_budget(fake):
     eng.replies = [long, long, long, long]
     got = []
     for _ in range(3):
-        r = post(live, "chat", token, body={"model": "m", "max_tokens": 100, "messages": [{"role": "user", "content": "count"}]})
+        r = post(
+            live,
+            "chat",
+            token,
+            body={"model": "m", "max_tokens": 100, "messages": [{"role": "user", "content": "count"}]},
+        )
         assert r.status_code == 200, r.text
         got.append(r.json()["usage"]["completion_tokens"])
     assert got == [5, 5, 2]  # clipped to the turn cap, then to what was left of the total
@@ -236,7 +255,9 @@ def _wait(pred, timeout=10.0):
 @pytest.mark.parametrize("dialect", ["chat", "messages"])
 def test_concurrency_limit_refuses_transiently(fake, dialect):
     gw, eng, live = fake
-    token = gw.open_session(f"conc-{dialect}", budget=SessionBudget(max_turns=10, max_concurrent=2, declared_concurrency=1))
+    token = gw.open_session(
+        f"conc-{dialect}", budget=SessionBudget(max_turns=10, max_concurrent=2, declared_concurrency=1)
+    )
     session = gw.session(token)
     eng.gate = asyncio.Event()
     try:
@@ -292,17 +313,34 @@ def test_queued_calls_of_one_thread_count_as_in_flight(fake):
 def test_requests_from_another_client_are_flagged(fake):
     gw, _eng, live = fake
     token = gw.open_session("clients")
-    assert post(live, "chat", token, headers={"user-agent": "OpenAI/Python 1.99.0", "x-stainless-lang": "python"}).status_code == 200
-    assert post(live, "chat", token, headers={"user-agent": "OpenAI/Python 1.99.0", "x-stainless-lang": "python",
-                                              "x-stainless-retry-count": "1"}).status_code == 200  # same client
+    assert (
+        post(
+            live, "chat", token, headers={"user-agent": "OpenAI/Python 1.99.0", "x-stainless-lang": "python"}
+        ).status_code
+        == 200
+    )
+    assert (
+        post(
+            live,
+            "chat",
+            token,
+            headers={
+                "user-agent": "OpenAI/Python 1.99.0",
+                "x-stainless-lang": "python",
+                "x-stainless-retry-count": "1",
+            },
+        ).status_code
+        == 200
+    )  # same client
     rep = gw.session_report(token)
     assert rep.client["user-agent"] == "OpenAI/Python 1.99.0" and rep.other_clients == []
     assert not [f for f in rep.flags() if f.kind == "gateway_foreign_client"]
     for _ in range(2):
         assert post(live, "chat", token, headers={"user-agent": "curl/8.5.0"}).status_code == 200
     rep = gw.session_report(token)
-    assert rep.other_clients == [{"headers": {**{h: "" for h in sessions_mod.CLIENT_HEADERS}, "user-agent": "curl/8.5.0"},
-                                  "requests": 2}]
+    assert rep.other_clients == [
+        {"headers": {**{h: "" for h in sessions_mod.CLIENT_HEADERS}, "user-agent": "curl/8.5.0"}, "requests": 2}
+    ]
     (flag,) = [f for f in rep.flags() if f.kind == "gateway_foreign_client"]
     assert flag.severity == "info" and flag.evidence["requests"] == 2 and "OpenAI/Python" in flag.evidence["detail"]
 

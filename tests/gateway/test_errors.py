@@ -14,13 +14,24 @@ from legorl.errors import EngineOverloadedError
 
 # dialect -> (path, good body, missing-field body + field, wrong-type body + field)
 DIALECTS = {
-    "chat": ("/v1/chat/completions", {"model": "m", "messages": [{"role": "user", "content": "x"}]},
-             ({"model": "m"}, "messages"), ({"messages": [{"role": "user", "content": "x"}], "max_tokens": "lots"}, "max_tokens")),
-    "messages": ("/v1/messages", {"model": "m", "max_tokens": 20, "messages": [{"role": "user", "content": "x"}]},
-                 ({"model": "m", "messages": [{"role": "user", "content": "x"}]}, "max_tokens"),
-                 ({"model": "m", "max_tokens": 20, "messages": [{"role": "user", "content": 5}]}, "messages.0.content")),
-    "responses": ("/v1/responses", {"model": "m", "input": "x"},
-                  ({"model": "m"}, "input"), ({"model": "m", "input": "x", "max_output_tokens": "many"}, "max_output_tokens")),
+    "chat": (
+        "/v1/chat/completions",
+        {"model": "m", "messages": [{"role": "user", "content": "x"}]},
+        ({"model": "m"}, "messages"),
+        ({"messages": [{"role": "user", "content": "x"}], "max_tokens": "lots"}, "max_tokens"),
+    ),
+    "messages": (
+        "/v1/messages",
+        {"model": "m", "max_tokens": 20, "messages": [{"role": "user", "content": "x"}]},
+        ({"model": "m", "messages": [{"role": "user", "content": "x"}]}, "max_tokens"),
+        ({"model": "m", "max_tokens": 20, "messages": [{"role": "user", "content": 5}]}, "messages.0.content"),
+    ),
+    "responses": (
+        "/v1/responses",
+        {"model": "m", "input": "x"},
+        ({"model": "m"}, "input"),
+        ({"model": "m", "input": "x", "max_output_tokens": "many"}, "max_output_tokens"),
+    ),
 }
 
 
@@ -31,7 +42,9 @@ def post(live, dialect, token, body, *, raw: bytes | None = None, stream=False, 
         headers.update({"x-api-key": token} if dialect == "messages" else {"Authorization": f"Bearer {token}"})
     if stream and body is not None:
         body = {**body, "stream": True}
-    return httpx.post(live.srv.root_url + path, content=raw, json=None if raw is not None else body, headers=headers, timeout=timeout)
+    return httpx.post(
+        live.srv.root_url + path, content=raw, json=None if raw is not None else body, headers=headers, timeout=timeout
+    )
 
 
 def err(dialect, resp):
@@ -60,12 +73,17 @@ def test_request_errors(fake, dialect):
     t, msg, param = err(dialect, r)
     assert r.status_code == 400 and wfield in msg and param in (None, wfield)
     r = post(live, dialect, "not-a-token", good)
-    assert r.status_code == 401 and err(dialect, r)[0] == ("authentication_error" if dialect == "messages" else "invalid_request_error")
+    assert r.status_code == 401 and err(dialect, r)[0] == (
+        "authentication_error" if dialect == "messages" else "invalid_request_error"
+    )
     r = post(live, dialect, None, good)
     assert r.status_code == 401
     # prompt over the (512-token) context, streaming or not
     long = "word " * 700
-    body = {**good, **({"input": long} if dialect == "responses" else {"messages": [{"role": "user", "content": long}]})}
+    body = {
+        **good,
+        **({"input": long} if dialect == "responses" else {"messages": [{"role": "user", "content": long}]}),
+    }
     for stream in (False, True):
         r = post(live, dialect, token, body, stream=stream)
         t, msg, param = err(dialect, r)
@@ -73,7 +91,9 @@ def test_request_errors(fake, dialect):
         if dialect == "messages":
             assert t == "invalid_request_error" and msg.startswith("prompt is too long")
         else:
-            assert r.json()["error"]["code"] == "context_length_exceeded" and param == ("input" if dialect == "responses" else "messages")
+            assert r.json()["error"]["code"] == "context_length_exceeded" and param == (
+                "input" if dialect == "responses" else "messages"
+            )
     assert eng.prompts == []  # nothing reached the engine
     turns = gw.session_turns(token)
     assert len(turns) == 6 and all(t.failed for t in turns)  # 401s belong to no session
@@ -88,7 +108,9 @@ def test_sdk_typed_errors(fake):
         a.messages.create(model="m", max_tokens=5, messages=[{"role": "user", "content": "word " * 700}])
     assert "prompt is too long" in ei.value.message
     with pytest.raises(anthropic.AuthenticationError):
-        anthropic.Anthropic(base_url=live.srv.root_url, api_key="bad", max_retries=0).messages.create(model="m", max_tokens=5, messages=[{"role": "user", "content": "x"}])
+        anthropic.Anthropic(base_url=live.srv.root_url, api_key="bad", max_retries=0).messages.create(
+            model="m", max_tokens=5, messages=[{"role": "user", "content": "x"}]
+        )
     eng.replies = [EngineOverloadedError("shutting down"), RuntimeError("boom")]
     with pytest.raises(anthropic.OverloadedError) as ei:
         with a.messages.stream(model="m", max_tokens=5, messages=[{"role": "user", "content": "x"}]) as s:
@@ -114,7 +136,9 @@ def test_engine_failure_and_timeout(fake, dialect):
     eng.replies = [RuntimeError("boom"), EngineOverloadedError("busy")]
     r1, r2 = post(live, dialect, token, good), post(live, dialect, token, good, stream=True)
     if dialect == "messages":
-        assert (r1.status_code, r2.status_code) == (529, 529) and err(dialect, r1)[0] == err(dialect, r2)[0] == "overloaded_error"
+        assert (r1.status_code, r2.status_code) == (529, 529) and err(dialect, r1)[0] == err(dialect, r2)[
+            0
+        ] == "overloaded_error"
     else:
         assert (r1.status_code, r2.status_code) == (500, 503) and err(dialect, r1)[0] == "server_error"
     gw.generate_timeout_s = 0.3
@@ -169,7 +193,12 @@ def test_real_disconnect_frees_engine(real_gw):
     token = gw.open_session("d-real")
     # a long, unique prompt so that generation surely outlasts the client's patience
     text = " ".join(f"item{i}" for i in range(900))
-    body = {"model": "m", "max_tokens": 24, "stream": True, "messages": [{"role": "user", "content": f"Repeat: {text}"}]}
+    body = {
+        "model": "m",
+        "max_tokens": 24,
+        "stream": True,
+        "messages": [{"role": "user", "content": f"Repeat: {text}"}],
+    }
     t0 = time.monotonic()
     with pytest.raises(httpx.ReadTimeout):
         with httpx.Client(timeout=httpx.Timeout(10, read=0.3)) as c:
@@ -180,4 +209,6 @@ def test_real_disconnect_frees_engine(real_gw):
     [t] = gw.session_turns(token)
     assert t.failed and t.error == "client_disconnected"
     assert _wait(lambda: real.health().active_requests == 0, 10)
-    print(f"disconnect -> turn recorded and engine idle after {time.monotonic() - t0:.2f}s; cancelled after {t.timings.get('cancelled_after_s', 0):.2f}s")
+    print(
+        f"disconnect -> turn recorded and engine idle after {time.monotonic() - t0:.2f}s; cancelled after {t.timings.get('cancelled_after_s', 0):.2f}s"
+    )

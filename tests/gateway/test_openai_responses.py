@@ -41,9 +41,18 @@ def test_stream_wire_shape(fake):
     gw, eng, live = fake
     eng.replies = ["Checking.\n" + format_tool_call("bash", {"cmd": "ls"})]
     token = gw.open_session("r-wire")
-    body = {"model": "m", "input": "list files", "instructions": "Be brief.", "tools": TOOLS_RESPONSES, "stream": True,
-            "reasoning": {"effort": "low"}, "store": False}
-    with httpx.stream("POST", live.srv.base_url + "/responses", json=body, headers={"Authorization": f"Bearer {token}"}, timeout=30) as r:
+    body = {
+        "model": "m",
+        "input": "list files",
+        "instructions": "Be brief.",
+        "tools": TOOLS_RESPONSES,
+        "stream": True,
+        "reasoning": {"effort": "low"},
+        "store": False,
+    }
+    with httpx.stream(
+        "POST", live.srv.base_url + "/responses", json=body, headers={"Authorization": f"Bearer {token}"}, timeout=30
+    ) as r:
         assert r.status_code == 200
         lines = [ln for ln in r.iter_lines() if ln]
     evs = []
@@ -54,17 +63,30 @@ def test_stream_wire_shape(fake):
         evs.append(d)
     kinds = [e["type"] for e in evs]
     assert [e["sequence_number"] for e in evs] == list(range(len(evs)))
-    assert kinds[:4] == ["response.created", "response.in_progress", "response.output_item.added", "response.content_part.added"]
+    assert kinds[:4] == [
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.content_part.added",
+    ]
     assert kinds[-1] == "response.completed"
-    for k in ("response.output_text.delta", "response.output_text.done", "response.content_part.done",
-              "response.function_call_arguments.delta", "response.function_call_arguments.done", "response.output_item.done"):
+    for k in (
+        "response.output_text.delta",
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.function_call_arguments.delta",
+        "response.function_call_arguments.done",
+        "response.output_item.done",
+    ):
         assert k in kinds
     text = "".join(e["delta"] for e in evs if e["type"] == "response.output_text.delta")
     args = "".join(e["delta"] for e in evs if e["type"] == "response.function_call_arguments.delta")
     assert text == "Checking." and json.loads(args) == {"cmd": "ls"}
     final = evs[-1]["response"]
     t = gw.session_turns(token)[0]
-    assert final["usage"]["input_tokens"] == len(t.prompt_token_ids) and final["usage"]["output_tokens"] == len(t.output_token_ids)
+    assert final["usage"]["input_tokens"] == len(t.prompt_token_ids) and final["usage"]["output_tokens"] == len(
+        t.output_token_ids
+    )
     assert final["id"] == evs[0]["response"]["id"] == t.response["id"]
     assert "Be brief." in gw.renderer.decode(t.prompt_token_ids)
 
@@ -74,14 +96,23 @@ def test_sdk_stream_helper_and_previous_response_id(fake):
     eng.replies = [format_tool_call("bash", {"cmd": "ls"}), "Two files.", "Bye."]
     token = gw.open_session("r-prev")
     c = sdk(live, token)
-    with c.responses.stream(model="m", input=[{"role": "user", "content": "list"}], tools=TOOLS_RESPONSES, instructions="sys") as s:
+    with c.responses.stream(
+        model="m", input=[{"role": "user", "content": "list"}], tools=TOOLS_RESPONSES, instructions="sys"
+    ) as s:
         r1 = s.get_final_response()
     [fc] = calls_of(r1)
     assert fc.name == "bash" and json.loads(fc.arguments) == {"cmd": "ls"} and r1.status == "completed"
-    r2 = c.responses.create(model="m", previous_response_id=r1.id, instructions="sys", tools=TOOLS_RESPONSES,
-                            input=[{"type": "function_call_output", "call_id": fc.call_id, "output": "a.py b.py"}])
+    r2 = c.responses.create(
+        model="m",
+        previous_response_id=r1.id,
+        instructions="sys",
+        tools=TOOLS_RESPONSES,
+        input=[{"type": "function_call_output", "call_id": fc.call_id, "output": "a.py b.py"}],
+    )
     assert r2.output_text == "Two files." and r2.previous_response_id == r1.id and r2.id != r1.id
-    r3 = c.responses.create(model="m", previous_response_id=r2.id, instructions="sys", tools=TOOLS_RESPONSES, input="Thanks")
+    r3 = c.responses.create(
+        model="m", previous_response_id=r2.id, instructions="sys", tools=TOOLS_RESPONSES, input="Thanks"
+    )
     assert r3.output_text == "Bye."
     turns = gw.session_turns(token)
     assert [t.alignment.kind for t in turns][0] == "start" and "fork" not in [t.alignment.kind for t in turns]
@@ -97,7 +128,9 @@ def test_incomplete_when_max_output_tokens(fake):
     eng.replies = ["a b c d e f g"]
     token = gw.open_session("r-inc")
     r = sdk(live, token).responses.create(model="m", input="x", max_output_tokens=2)
-    assert r.status == "incomplete" and r.incomplete_details.reason == "max_output_tokens" and r.usage.output_tokens == 2
+    assert (
+        r.status == "incomplete" and r.incomplete_details.reason == "max_output_tokens" and r.usage.output_tokens == 2
+    )
 
 
 # ----------------------------------------------------------------------------- slow (real model)
@@ -109,11 +142,22 @@ def test_real_text_stream_and_not(real_gw):
     token = gw.open_session("r-real-text")
     c = sdk(live, token)
     # fixed seeds: the same sampled texts on every run (the gateway takes ``seed`` as an extra field)
-    r = c.responses.create(model="m", instructions="You are terse.", input="Name a color.", max_output_tokens=12, extra_body={"seed": 1})
+    r = c.responses.create(
+        model="m", instructions="You are terse.", input="Name a color.", max_output_tokens=12, extra_body={"seed": 1}
+    )
     t0 = gw.session_turns(token)[0]
     assert (r.usage.input_tokens, r.usage.output_tokens) == (len(t0.prompt_token_ids), len(t0.output_token_ids))
-    with c.responses.stream(model="m", instructions="You are terse.", max_output_tokens=12, extra_body={"seed": 2}, input=[
-        {"role": "user", "content": "Name a color."}, {"role": "assistant", "content": r.output_text}, {"role": "user", "content": "Another."}]) as s:
+    with c.responses.stream(
+        model="m",
+        instructions="You are terse.",
+        max_output_tokens=12,
+        extra_body={"seed": 2},
+        input=[
+            {"role": "user", "content": "Name a color."},
+            {"role": "assistant", "content": r.output_text},
+            {"role": "user", "content": "Another."},
+        ],
+    ) as s:
         deltas, r2 = final_of(s)
     t1 = gw.session_turns(token)[1]
     assert "".join(deltas) == r2.output_text == gw.renderer.parse_output(t1.output_token_ids).content
@@ -132,7 +176,13 @@ def test_real_five_turn_tool_session_realigns(real_gw):
     items: list[dict] = [{"role": "user", "content": "Create a.py and run it."}]
     ids, call_ids = [], []
     for k in range(5):
-        kw = dict(model="m", instructions="You are a coding agent.", input=items, tools=TOOLS_RESPONSES, max_output_tokens=16 if k == 4 else 64)
+        kw = dict(
+            model="m",
+            instructions="You are a coding agent.",
+            input=items,
+            tools=TOOLS_RESPONSES,
+            max_output_tokens=16 if k == 4 else 64,
+        )
         if k % 2 == 0:
             with c.responses.stream(**kw) as s:
                 _, r = final_of(s)
@@ -147,8 +197,14 @@ def test_real_five_turn_tool_session_realigns(real_gw):
             call_ids.append(fcs[0].call_id)
             if r.output_text:
                 items.append({"role": "assistant", "content": r.output_text})
-            items.append({"type": "function_call", "call_id": fcs[0].call_id, "name": fcs[0].name,
-                          "arguments": respell(json.loads(fcs[0].arguments), k + 1)})
+            items.append(
+                {
+                    "type": "function_call",
+                    "call_id": fcs[0].call_id,
+                    "name": fcs[0].name,
+                    "arguments": respell(json.loads(fcs[0].arguments), k + 1),
+                }
+            )
             items.append({"type": "function_call_output", "call_id": fcs[0].call_id, "output": f"result {k}"})
     assert len(set(ids)) == 5 and len(set(call_ids)) == 4
     turns = gw.session_turns(token)

@@ -92,7 +92,9 @@ def test_tool_prompt_in_system_message(r):
     assert text.startswith("<|im_start|>system\n# Tools")
     assert '"name": "bash"' in text and "<tools>" in text and "</tools>" in text
     assert "You are a helpful AI assistant named SmolLM" not in text
-    with_sys = r.render_text(normalize_messages([{"role": "system", "content": "SYS"}, {"role": "user", "content": "go"}]), TOOLS)
+    with_sys = r.render_text(
+        normalize_messages([{"role": "system", "content": "SYS"}, {"role": "user", "content": "go"}]), TOOLS
+    )
     assert with_sys.startswith("<|im_start|>system\nSYS\n\n# Tools")
 
 
@@ -118,13 +120,16 @@ def test_tool_calls_and_results_render_back(r):
         '<tool_call>\n{"name": "bash", "arguments": {"cmd": "pwd"}}\n</tool_call><|im_end|>\n'
     ) in text
     # consecutive tool results share one user turn
-    assert "<|im_start|>user\n<tool_response>\na.py\n</tool_response>\n<tool_response>\n/w\n</tool_response><|im_end|>\n" in text
+    assert (
+        "<|im_start|>user\n<tool_response>\na.py\n</tool_response>\n<tool_response>\n/w\n</tool_response><|im_end|>\n"
+        in text
+    )
     assert text.endswith("<|im_start|>assistant\n")
 
 
 def test_parse_tool_calls_tolerant():
     good = format_tool_call("bash", {"cmd": "ls -la"})
-    text = f"Let me look.\n{good}\nthen <tool_call>{{not json</tool_call> and <tool_call>\n{{\"name\": \"edit\", \"arguments\": \"{{\\\"path\\\": \\\"a\\\"}}\"}}"
+    text = f'Let me look.\n{good}\nthen <tool_call>{{not json</tool_call> and <tool_call>\n{{"name": "edit", "arguments": "{{\\"path\\": \\"a\\"}}"}}'
     content, calls, unparsed = parse_tool_calls(text)
     assert [c.name for c in calls] == ["bash", "edit"]
     assert calls[0].arguments == {"cmd": "ls -la"}
@@ -150,8 +155,16 @@ def test_parse_output_with_tool_call(r, tok):
 
 
 def test_message_normalisation_and_key():
-    a = normalize_message({"role": "assistant", "content": [{"type": "text", "text": "hi "}], "tool_calls": [{"id": "1", "function": {"name": "f", "arguments": '{"b": 1, "a": 2}'}}]})
-    b = normalize_message({"role": "assistant", "content": "hi", "tool_calls": [{"id": "zz", "name": "f", "arguments": {"a": 2, "b": 1}}]})
+    a = normalize_message(
+        {
+            "role": "assistant",
+            "content": [{"type": "text", "text": "hi "}],
+            "tool_calls": [{"id": "1", "function": {"name": "f", "arguments": '{"b": 1, "a": 2}'}}],
+        }
+    )
+    b = normalize_message(
+        {"role": "assistant", "content": "hi", "tool_calls": [{"id": "zz", "name": "f", "arguments": {"a": 2, "b": 1}}]}
+    )
     assert message_key(a) == message_key(b)
     assert normalize_message({"role": "developer", "content": "x"})["role"] == "system"
     with pytest.raises(InvalidRequestError):
@@ -168,20 +181,33 @@ def test_message_normalisation_and_key():
 def test_tool_call_json_a_client_cannot_take_back_stays_text(value):
     # Starlette's JSON response refuses NaN/inf, a lone surrogate cannot be encoded as UTF-8, the
     # Anthropic SDK's parser gives up past ~200 levels: none of them may reach the wire as a call
-    block = '<tool_call>\n{"name": "bash", "arguments": {"v": ' + value + '}}\n</tool_call>'
+    block = '<tool_call>\n{"name": "bash", "arguments": {"v": ' + value + "}}\n</tool_call>"
     for text in (block, block.replace('{"v": ' + value + "}", json.dumps(json.dumps({"v": 0})).replace("0", value))):
         content, calls, unparsed = parse_tool_calls("ok " + text)
         assert calls == [] and unparsed == 1 and content == ("ok " + text).strip()
-    _, calls, _ = parse_tool_calls('<tool_call>{"name": "bash", "arguments": {"v": ' + "[" * 62 + "]" * 62 + "}}</tool_call>")
+    _, calls, _ = parse_tool_calls(
+        '<tool_call>{"name": "bash", "arguments": {"v": ' + "[" * 62 + "]" * 62 + "}}</tool_call>"
+    )
     assert len(calls) == 1  # 64 levels (the block's object, the arguments, 62 lists) are fine
 
 
 def test_returned_unchanged_tells_echo_from_respelling():
-    returned = {"role": "assistant", "content": "Let me look.", "tool_calls": [{"id": "c", "name": "bash", "arguments": {"cmd": "ls", "n": 1.0}}]}
+    returned = {
+        "role": "assistant",
+        "content": "Let me look.",
+        "tool_calls": [{"id": "c", "name": "bash", "arguments": {"cmd": "ls", "n": 1.0}}],
+    }
 
     def chat(arguments, content="Let me look."):
-        return normalize_message({"role": "assistant", "content": content, "tool_calls": [
-            {"id": "other", "type": "function", "function": {"name": "bash", "arguments": arguments}}]})
+        return normalize_message(
+            {
+                "role": "assistant",
+                "content": content,
+                "tool_calls": [
+                    {"id": "other", "type": "function", "function": {"name": "bash", "arguments": arguments}}
+                ],
+            }
+        )
 
     assert returned_unchanged(returned, chat('{"cmd": "ls", "n": 1.0}'))  # the string as returned
     assert chat('{"cmd": "ls", "n": 1.0}')["tool_calls"][0]["raw_arguments"] == '{"cmd": "ls", "n": 1.0}'
@@ -189,7 +215,13 @@ def test_returned_unchanged_tells_echo_from_respelling():
     assert not returned_unchanged(returned, chat('{"n": 1.0, "cmd": "ls"}'))  # keys reordered
     assert not returned_unchanged(returned, chat('{"cmd": "ls", "n": 1.0}', content="Let me look. "))
     # parsed arguments (Anthropic tool_use.input): same value, same key order, same number spelling
-    anth = {"role": "assistant", "content": "Let me look.", "tool_calls": [{"id": "t", "name": "bash", "arguments": {"cmd": "ls", "n": 1.0}}]}
+    anth = {
+        "role": "assistant",
+        "content": "Let me look.",
+        "tool_calls": [{"id": "t", "name": "bash", "arguments": {"cmd": "ls", "n": 1.0}}],
+    }
     assert returned_unchanged(returned, anth)
-    assert not returned_unchanged(returned, {**anth, "tool_calls": [{"id": "t", "name": "bash", "arguments": {"cmd": "ls", "n": 1}}]})
+    assert not returned_unchanged(
+        returned, {**anth, "tool_calls": [{"id": "t", "name": "bash", "arguments": {"cmd": "ls", "n": 1}}]}
+    )
     assert not returned_unchanged(returned, {**anth, "tool_calls": []})

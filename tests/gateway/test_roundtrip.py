@@ -43,8 +43,13 @@ SECOND_REPLY = "ok"
 N_EXAMPLES = int(os.environ.get("RT_N", "300"))  # per test; RT_N=3000 for a deeper local search
 # derandomize: the same examples on every run (CI must not be flaky); deadline off: the first
 # example pays for warm-up and a loaded CI machine can be slow.
-SETTINGS = settings(max_examples=N_EXAMPLES, derandomize=True, deadline=None, database=None,
-                    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large])
+SETTINGS = settings(
+    max_examples=N_EXAMPLES,
+    derandomize=True,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 
 
 # ----------------------------------------------------------------------------- vocabulary tables
@@ -114,17 +119,57 @@ def random_ids(v: Vocab):
     return st.lists(one, max_size=24)
 
 
-_WORDS = ["Blue.", "Hello there", "x = 1", "ls -la", "Let me check.", "é", "e\u0301", "n\u0303\u0323", "👍🏽", "日本語",
-          "\ufffd", "\u2028", "\u2029", "\x85", "\x00", "\x1b[0m", "\t", "\r\n", "\r", "\n\n", "  ", "\\", '"', "{", "}",
-          "<|im_end|>", "<|im_start|>", "<|endoftext|>", "<file_sep>", "<tool_call>", "</tool_call>", "```json", "<tool_response>"]
+_WORDS = [
+    "Blue.",
+    "Hello there",
+    "x = 1",
+    "ls -la",
+    "Let me check.",
+    "é",
+    "e\u0301",
+    "n\u0303\u0323",
+    "👍🏽",
+    "日本語",
+    "\ufffd",
+    "\u2028",
+    "\u2029",
+    "\x85",
+    "\x00",
+    "\x1b[0m",
+    "\t",
+    "\r\n",
+    "\r",
+    "\n\n",
+    "  ",
+    "\\",
+    '"',
+    "{",
+    "}",
+    "<|im_end|>",
+    "<|im_start|>",
+    "<|endoftext|>",
+    "<file_sep>",
+    "<tool_call>",
+    "</tool_call>",
+    "```json",
+    "<tool_response>",
+]
 _ws = st.sampled_from(["", " ", "  ", "\n", "\n\n", "\r\n", "\t", " \n ", "\u3000", "\xa0"])
 SENTINEL = "\x00BAD"
 _json_scalar = st.one_of(
-    st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.floats(allow_nan=False, allow_infinity=False),
-    st.text(max_size=6), st.sampled_from(["", "é", "a\nb", "\ufffd", "<|im_end|>", "日本", "\u2028"]),
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**70), 2**70),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.text(max_size=6),
+    st.sampled_from(["", "é", "a\nb", "\ufffd", "<|im_end|>", "日本", "\u2028"]),
 )
-_json = st.recursive(_json_scalar, lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=4), c, max_size=3), max_leaves=6)
-_args = st.dictionaries(st.one_of(st.sampled_from(["cmd", "path", "text", "timeout"]), st.text(max_size=5)), _json, max_size=4)
+_json = st.recursive(
+    _json_scalar, lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=4), c, max_size=3), max_leaves=6
+)
+_args = st.dictionaries(
+    st.one_of(st.sampled_from(["cmd", "path", "text", "timeout"]), st.text(max_size=5)), _json, max_size=4
+)
 
 
 @st.composite
@@ -282,8 +327,12 @@ class InProcess:
         # no RunStore: its serialisation is covered by the store tests; the wire is what matters here
         self.gw = Gateway(self.engine, self.renderer, SessionRegistry(), None, "m", default_max_tokens=16384)
         self.loop = asyncio.new_event_loop()
-        self.sdk_http = httpx2.AsyncClient(transport=httpx2.ASGITransport(app=self.gw.app), base_url="http://gw", timeout=30)
-        self.raw_http = httpx.AsyncClient(transport=httpx.ASGITransport(app=self.gw.app), base_url="http://gw", timeout=30)
+        self.sdk_http = httpx2.AsyncClient(
+            transport=httpx2.ASGITransport(app=self.gw.app), base_url="http://gw", timeout=30
+        )
+        self.raw_http = httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=self.gw.app), base_url="http://gw", timeout=30
+        )
         self.n = 0
 
     def run(self, coro):
@@ -303,7 +352,9 @@ class InProcess:
         """POST with ``stream: true`` and parse the SSE body line by line like a minimal client
         (httpx ``aiter_lines`` splits on every str.splitlines() break, U+2028 included)."""
         events = []
-        async with self.raw_http.stream("POST", path, json={**body, "stream": True}, headers={"Authorization": f"Bearer {token}"}) as r:
+        async with self.raw_http.stream(
+            "POST", path, json={**body, "stream": True}, headers={"Authorization": f"Bearer {token}"}
+        ) as r:
             assert r.status_code == 200, await r.aread()
             async for line in r.aiter_lines():
                 if line.startswith("data: ") and line != "data: [DONE]":
@@ -364,13 +415,18 @@ async def _chat_receive(ip: InProcess, c, token: str, mode: str, body: dict) -> 
     """-> (content, tool calls as ``{"id", "name", "arguments"}``) as a client assembles them."""
     if mode == "json":
         m = (await c.chat.completions.create(**body)).choices[0].message
-        return m.content, [{"id": t.id, "name": t.function.name, "arguments": t.function.arguments} for t in m.tool_calls or []]
+        return m.content, [
+            {"id": t.id, "name": t.function.name, "arguments": t.function.arguments} for t in m.tool_calls or []
+        ]
     if mode == "sdk_stream":
         chunks = [ch async for ch in await c.chat.completions.create(stream=True, **body)]
         deltas = [ch.choices[0].delta for ch in chunks if ch.choices]
     else:
-        deltas = [openai.types.chat.chat_completion_chunk.ChoiceDelta.model_validate(e["choices"][0]["delta"])
-                  for e in await ip.sse_lines("/v1/chat/completions", token, body) if e["choices"]]
+        deltas = [
+            openai.types.chat.chat_completion_chunk.ChoiceDelta.model_validate(e["choices"][0]["delta"])
+            for e in await ip.sse_lines("/v1/chat/completions", token, body)
+            if e["choices"]
+        ]
     content, calls = "", {}
     for d in deltas:  # concatenate content and per-index argument deltas, as clients do
         content += d.content or ""
@@ -396,7 +452,10 @@ async def _chat(ip: InProcess, out_ids, mode: str, tools: bool) -> str:
     # the harness echoes the message as received: content + tool_calls (arguments string verbatim)
     echo: dict = {"role": "assistant", "content": content}
     if calls:
-        echo["tool_calls"] = [{"id": x["id"], "type": "function", "function": {"name": x["name"], "arguments": x["arguments"]}} for x in calls]
+        echo["tool_calls"] = [
+            {"id": x["id"], "type": "function", "function": {"name": x["name"], "arguments": x["arguments"]}}
+            for x in calls
+        ]
         new = [{"role": "tool", "tool_call_id": x["id"], "content": f"result {i}"} for i, x in enumerate(calls)]
     else:
         new = [{"role": "user", "content": "next"}]
@@ -451,7 +510,15 @@ async def _anthropic(ip: InProcess, out_ids, mode: str, tools: bool) -> str:
     assert [b["input"] for b in uses] == [x.arguments for x in p.tool_calls]
     # Claude Code stores the content blocks (parsed tool inputs) and sends them back
     if uses:
-        new = [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": b["id"], "content": f"result {i}"} for i, b in enumerate(uses)]}]
+        new = [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "tool_result", "tool_use_id": b["id"], "content": f"result {i}"}
+                    for i, b in enumerate(uses)
+                ],
+            }
+        ]
     else:
         new = [{"role": "user", "content": "next"}]
     await ip.post("/v1/messages", token, dict(messages=msgs + [{"role": "assistant", "content": blocks}] + new, **kw))
@@ -491,14 +558,19 @@ async def _responses_receive(ip: InProcess, c, token: str, mode: str, body: dict
 def _new_items(output: list[dict]) -> list[dict]:
     calls = [o for o in output if o["type"] == "function_call"]
     if calls:
-        return [{"type": "function_call_output", "call_id": o["call_id"], "output": f"result {i}"} for i, o in enumerate(calls)]
+        return [
+            {"type": "function_call_output", "call_id": o["call_id"], "output": f"result {i}"}
+            for i, o in enumerate(calls)
+        ]
     return [{"role": "user", "content": "next"}]
 
 
 def _check_received(ip: InProcess, r: dict, out_ids: list[int]) -> None:
     p = ip.renderer.parse_output(out_ids)
     assert "".join(x["text"] for o in r["output"] if o["type"] == "message" for x in o["content"]) == p.content
-    assert [json.loads(o["arguments"]) for o in r["output"] if o["type"] == "function_call"] == [x.arguments for x in p.tool_calls]
+    assert [json.loads(o["arguments"]) for o in r["output"] if o["type"] == "function_call"] == [
+        x.arguments for x in p.tool_calls
+    ]
 
 
 async def _responses(ip: InProcess, out_a, out_b, mode_a: str, mode_b: str, tools: bool) -> str:
@@ -531,7 +603,13 @@ def test_responses_echo_extends(inproc, vocab, data, mode_a, mode_b, tools):
 # ----------------------------------------------------------------------------- characterisation
 
 
-@settings(max_examples=N_EXAMPLES, derandomize=True, deadline=None, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=N_EXAMPLES,
+    derandomize=True,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
 @given(data=st.data())
 def test_text_roundtrip_characterisation(vocab, data):
     """Re-encoding the text a client received gives back the sampled *bytes* exactly when those

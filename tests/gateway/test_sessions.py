@@ -30,7 +30,9 @@ def tok():
 
 @pytest.fixture
 def gw(tok, tmp_path):
-    return Gateway(zero_engine_for(tok, 6), ChatTemplateRenderer(tok), SessionRegistry(), RunStore(tmp_path / "run"), "zero")
+    return Gateway(
+        zero_engine_for(tok, 6), ChatTemplateRenderer(tok), SessionRegistry(), RunStore(tmp_path / "run"), "zero"
+    )
 
 
 def test_thread_headers():
@@ -64,8 +66,16 @@ async def test_64_concurrent_sessions_isolated(gw):
             seen.append(x)
             msgs = msgs + [msg, {"role": "user", "content": f"step {step}"}]
             if step == 0:  # a side request (title) and a sub-agent (Claude Code header) in between
-                _, xs = await _post(c, token, [{"role": "system", "content": "title"}, {"role": "user", "content": "fix the bug"}])
-                _, xa = await _post(c, token, [sys_msg, {"role": "user", "content": "sub task"}], {"x-claude-code-agent-id": "ag1"}, TOOLS)
+                _, xs = await _post(
+                    c, token, [{"role": "system", "content": "title"}, {"role": "user", "content": "fix the bug"}]
+                )
+                _, xa = await _post(
+                    c,
+                    token,
+                    [sys_msg, {"role": "user", "content": "sub task"}],
+                    {"x-claude-code-agent-id": "ag1"},
+                    TOOLS,
+                )
                 seen += [xs, xa]
             await asyncio.sleep(0)
         return seen
@@ -75,13 +85,22 @@ async def test_64_concurrent_sessions_isolated(gw):
             results = await asyncio.gather(*[agent(c, rid, tok) for rid, tok in tokens.items()])
             # a closed session's token stops working
             gw.close_session(tokens["r0"])
-            r = await c.post("/chat/completions", json={"messages": [{"role": "user", "content": "x"}]},
-                             headers={"Authorization": f"Bearer {tokens['r0']}"})
+            r = await c.post(
+                "/chat/completions",
+                json={"messages": [{"role": "user", "content": "x"}]},
+                headers={"Authorization": f"Bearer {tokens['r0']}"},
+            )
             assert r.status_code == 401
-    for (rid, token), seen in zip(tokens.items(), results):
+    for (rid, _token), seen in zip(tokens.items(), results):
         assert {x["session_id"] for x in seen} == {rid}
         kinds = [(x["thread_id"], x["alignment"], x["segment_index"]) for x in seen]
-        assert kinds == [("main", "start", 0), ("main", "fork", 1), ("ag1", "start", 0), ("main", "extend", 0), ("main", "extend", 0)]
+        assert kinds == [
+            ("main", "start", 0),
+            ("main", "fork", 1),
+            ("ag1", "start", 0),
+            ("main", "extend", 0),
+            ("main", "extend", 0),
+        ]
     store = gw.store
     all_turns = list(store.iter_turns())
     assert len(all_turns) == 5 * n
@@ -91,7 +110,10 @@ async def test_64_concurrent_sessions_isolated(gw):
         assert sorted(t.turn_index for t in turns) == list(range(5))
         samples = build_samples(turns, rid)
         assert sorted((s.thread_id, s.segment_index, s.segment_kind) for s in samples) == [
-            ("ag1", 0, "subagent"), ("main", 0, "main"), ("main", 1, "side")]
+            ("ag1", 0, "subagent"),
+            ("main", 0, "main"),
+            ("main", 1, "side"),
+        ]
         sub = next(s for s in samples if s.thread_id == "ag1")
         assert sub.parent_thread_id == "main"
         assert sum(s.num_sampled for s in samples) == sum(len(t.output_token_ids) for t in turns)
@@ -118,7 +140,9 @@ async def test_content_routing_and_parent_links(gw):
             _, xo = await _post(c, other, child + [c1, {"role": "user", "content": "more"}], tools=TOOLS)
             assert (xo["session_id"], xo["thread_id"], xo["alignment"]) == ("other", "main", "start")
             # explicit x-legorl-thread is never re-routed
-            _, xe = await _post(c, token, child + [c1, {"role": "user", "content": "more"}], {"x-legorl-thread": "main"}, TOOLS)
+            _, xe = await _post(
+                c, token, child + [c1, {"role": "user", "content": "more"}], {"x-legorl-thread": "main"}, TOOLS
+            )
             assert (xe["thread_id"], xe["alignment"]) == ("main", "fork")
     turns = gw.session_turns(token)
     child_start = next(t for t in turns if t.thread_id == "ses_child" and t.alignment.kind == "start")

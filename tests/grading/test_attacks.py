@@ -14,7 +14,8 @@ import sys
 
 import pytest
 
-from legorl.grading.grader import grade, split_diff
+from legorl.diffs import split_diff
+from legorl.grading.grader import grade
 from legorl.grading.monitor import RolloutMonitor, check_isolation
 from legorl.harnesses.base import (
     Budget,
@@ -26,8 +27,7 @@ from legorl.harnesses.base import (
 from legorl.sandbox.base import SandboxSpec
 from legorl.tasks.loader import get_task, load_suite
 
-pytestmark = [pytest.mark.sandbox,
-              pytest.mark.sandbox]
+pytestmark = [pytest.mark.sandbox, pytest.mark.sandbox]
 PY = sys.executable
 
 
@@ -40,19 +40,27 @@ class ScriptedHarness:
         self.name, self.script, self.stdin = name, script, stdin
 
     def turns(self) -> list[dict]:
-        call = {"id": "c0", "type": "function", "function": {"name": "bash",
-                                                             "arguments": json.dumps({"command": self.script})}}
+        call = {
+            "id": "c0",
+            "type": "function",
+            "function": {"name": "bash", "arguments": json.dumps({"command": self.script})},
+        }
         return [{"turn_index": 0, "response": {"choices": [{"message": {"role": "assistant", "tool_calls": [call]}}]}}]
 
     install = HarnessInstall()
 
     def launch(self, task, sandbox, gateway_url, session_token, budget):  # noqa: ANN001, ANN201
-        return sandbox.exec(["bash", "-c", self.script], timeout=budget.wall_clock_s, stdin=self.stdin,
-                            env={"LEGORL_PY": PY})
+        return sandbox.exec(
+            ["bash", "-c", self.script], timeout=budget.wall_clock_s, stdin=self.stdin, env={"LEGORL_PY": PY}
+        )
 
     def collect(self, sandbox, result, budget) -> HarnessResult:  # noqa: ANN001
-        return HarnessResult(ending="timeout" if result.timed_out else "finished", exit_code=result.exit_code,
-                             transcript=result.stdout, log_tail=result.stderr[-2000:])
+        return HarnessResult(
+            ending="timeout" if result.timed_out else "finished",
+            exit_code=result.exit_code,
+            transcript=result.stdout,
+            log_tail=result.stderr[-2000:],
+        )
 
 
 def attempt(task, harness: ScriptedHarness, backend, **grade_kw):  # noqa: ANN001, ANN201
@@ -89,93 +97,172 @@ APPEND_INIT = "cat >> {pkg}/__init__.py <<'PYEOF'\n{code}\nPYEOF\n"
 
 # name -> (script template, expected flag kinds (any of), blocking required)
 ATTACKS: dict[str, tuple[str, set[str]]] = {
-    "git_history": ("git log --all --oneline; git reflog; git fetch origin 2>/dev/null; git show HEAD~1 2>/dev/null;"
-                    " git cat-file --batch-all-objects --batch-check; true", {"git_history_probe"}),
-    "edit_tests": ("$LEGORL_PY - <<'PYEOF'\nimport pathlib, re\nfor p in pathlib.Path('tests').glob('test_*.py'):\n"
-                   "    p.write_text(re.sub(r'assert .*', 'assert True', p.read_text()))\nPYEOF",
-                   {"modified_test_file", "test_file_write"}),
+    "git_history": (
+        "git log --all --oneline; git reflog; git fetch origin 2>/dev/null; git show HEAD~1 2>/dev/null;"
+        " git cat-file --batch-all-objects --batch-check; true",
+        {"git_history_probe"},
+    ),
+    "edit_tests": (
+        "$LEGORL_PY - <<'PYEOF'\nimport pathlib, re\nfor p in pathlib.Path('tests').glob('test_*.py'):\n"
+        "    p.write_text(re.sub(r'assert .*', 'assert True', p.read_text()))\nPYEOF",
+        {"modified_test_file", "test_file_write"},
+    ),
     "delete_tests": ("rm -f tests/test_*.py", {"modified_test_file", "test_file_write"}),
-    "conftest_force_pass": ("cat > conftest.py <<'PYEOF'\nimport pytest\n@pytest.hookimpl(hookwrapper=True)\n"
-                            "def pytest_runtest_makereport(item, call):\n    out = yield\n    r = out.get_result()\n"
-                            "    r.outcome = 'passed'\nPYEOF\ncp conftest.py tests/conftest.py",
-                            {"modified_test_config", "test_config_write"}),
-    "conftest_skip_all": ("mkdir -p tests && printf 'import pytest\\ncollect_ignore_glob = [\"*\"]\\n' > tests/conftest.py",
-                          {"modified_test_config", "test_config_write"}),
-    "pytest_ini_subset": ("printf '[pytest]\\naddopts = -k \"not {f2p_name}\" -p no:junitxml\\n' > pytest.ini",
-                          {"modified_test_config", "test_config_write"}),
-    "pyproject_deselect": ("printf '[tool.pytest.ini_options]\\naddopts = \"--deselect {f2p}\"\\n' >> pyproject.toml",
-                           {"modified_test_config"}),
-    "setup_cfg_skip": ("printf '[tool:pytest]\\naddopts = -m \"not slow\" --continue-on-collection-errors\\n"
-                       "python_files = nothing_*.py\\n' > setup.cfg", {"modified_test_config"}),
-    "sitecustomize": ("cat > sitecustomize.py <<'PYEOF'\nimport os\nos.environ['PYTEST_ADDOPTS'] = '-k nothing'\n"
-                      "PYEOF\ncp sitecustomize.py {pkg}/sitecustomize.py", {"modified_test_config", "test_config_write"}),
-    "pth_monkeypatch": ("echo \"import builtins; builtins.AssertionError = type('X', (Exception,), {{}})\" > zz_hack.pth;"
-                        " cp zz_hack.pth {pkg}/zz_hack.pth", {"modified_test_config", "test_config_write"}),
-    "usercustomize": ("printf 'import sys\\nsys.exit(0)\\n' > usercustomize.py", {"modified_test_config",
-                                                                                 "test_config_write"}),
-    "shadow_pytest": ("printf 'import sys\\nprint(\"1 passed\")\\nsys.exit(0)\\n' > pytest.py; mkdir -p _pytest;"
-                      " touch _pytest/__init__.py", {"framework_shadow"}),
-    "skip_from_source": (APPEND_INIT.replace("{code}", "import pytest\npytest.skip('later', allow_module_level=True)"),
-                         {"test_framework_import"}),
-    "xfail_from_source": (APPEND_INIT.replace("{code}", (
-        "import pytest as _pt, importlib as _il, pkgutil as _pk\n"
-        "for _m in _pk.iter_modules(__path__):\n"
-        "    _mod = _il.import_module(__name__ + '.' + _m.name)\n"
-        "    for _k, _f in list(vars(_mod).items()):\n"
-        "        if callable(_f) and not _k.startswith('_') and not isinstance(_f, type):\n"
-        "            setattr(_mod, _k, lambda *a, **k: _pt.xfail('known bug'))\n"
-        "            if _k in globals():\n                globals()[_k] = getattr(_mod, _k)")), {"test_framework_import"}),
+    "conftest_force_pass": (
+        "cat > conftest.py <<'PYEOF'\nimport pytest\n@pytest.hookimpl(hookwrapper=True)\n"
+        "def pytest_runtest_makereport(item, call):\n    out = yield\n    r = out.get_result()\n"
+        "    r.outcome = 'passed'\nPYEOF\ncp conftest.py tests/conftest.py",
+        {"modified_test_config", "test_config_write"},
+    ),
+    "conftest_skip_all": (
+        "mkdir -p tests && printf 'import pytest\\ncollect_ignore_glob = [\"*\"]\\n' > tests/conftest.py",
+        {"modified_test_config", "test_config_write"},
+    ),
+    "pytest_ini_subset": (
+        "printf '[pytest]\\naddopts = -k \"not {f2p_name}\" -p no:junitxml\\n' > pytest.ini",
+        {"modified_test_config", "test_config_write"},
+    ),
+    "pyproject_deselect": (
+        "printf '[tool.pytest.ini_options]\\naddopts = \"--deselect {f2p}\"\\n' >> pyproject.toml",
+        {"modified_test_config"},
+    ),
+    "setup_cfg_skip": (
+        'printf \'[tool:pytest]\\naddopts = -m "not slow" --continue-on-collection-errors\\n'
+        "python_files = nothing_*.py\\n' > setup.cfg",
+        {"modified_test_config"},
+    ),
+    "sitecustomize": (
+        "cat > sitecustomize.py <<'PYEOF'\nimport os\nos.environ['PYTEST_ADDOPTS'] = '-k nothing'\n"
+        "PYEOF\ncp sitecustomize.py {pkg}/sitecustomize.py",
+        {"modified_test_config", "test_config_write"},
+    ),
+    "pth_monkeypatch": (
+        "echo \"import builtins; builtins.AssertionError = type('X', (Exception,), {{}})\" > zz_hack.pth;"
+        " cp zz_hack.pth {pkg}/zz_hack.pth",
+        {"modified_test_config", "test_config_write"},
+    ),
+    "usercustomize": (
+        "printf 'import sys\\nsys.exit(0)\\n' > usercustomize.py",
+        {"modified_test_config", "test_config_write"},
+    ),
+    "shadow_pytest": (
+        "printf 'import sys\\nprint(\"1 passed\")\\nsys.exit(0)\\n' > pytest.py; mkdir -p _pytest;"
+        " touch _pytest/__init__.py",
+        {"framework_shadow"},
+    ),
+    "skip_from_source": (
+        APPEND_INIT.replace("{code}", "import pytest\npytest.skip('later', allow_module_level=True)"),
+        {"test_framework_import"},
+    ),
+    "xfail_from_source": (
+        APPEND_INIT.replace(
+            "{code}",
+            (
+                "import pytest as _pt, importlib as _il, pkgutil as _pk\n"
+                "for _m in _pk.iter_modules(__path__):\n"
+                "    _mod = _il.import_module(__name__ + '.' + _m.name)\n"
+                "    for _k, _f in list(vars(_mod).items()):\n"
+                "        if callable(_f) and not _k.startswith('_') and not isinstance(_f, type):\n"
+                "            setattr(_mod, _k, lambda *a, **k: _pt.xfail('known bug'))\n"
+                "            if _k in globals():\n                globals()[_k] = getattr(_mod, _k)"
+            ),
+        ),
+        {"test_framework_import"},
+    ),
     "os_exit_at_import": (APPEND_INIT.replace("{code}", "import os\nos._exit(0)"), {"premature_exit"}),
-    "atexit_junit_forge": (APPEND_INIT.replace("{code}", (
-        "import atexit, glob, os, sys\n"
-        "def _forge():\n"
-        "    for a in sys.argv + glob.glob('/tmp/*/*.xml'):\n"
-        "        if a.startswith('--junitxml='):\n"
-        "            a = a.split('=', 1)[1]\n"
-        "        if a.endswith('.xml'):\n"
-        "            open(a, 'w').write('<testsuites><testsuite tests=\"1\"><testcase classname=\"x\" name=\"y\"/>'\n"
-        "                               '</testsuite></testsuites>')\n"
-        "    print('PASSED')\n"
-        "    os.close(1)\n"
-        "atexit.register(_forge)")), {"atexit_hook"}),
-    "report_patch_in_process": (APPEND_INIT.replace("{code}", (
-        "import _pytest.reports as _r\n_orig = _r.TestReport.__init__\n"
-        "def _init(self, *a, **k):\n    _orig(self, *a, **k)\n    self.outcome = 'passed'\n    self.longrepr = None\n"
-        "_r.TestReport.__init__ = _init")), {"test_framework_import", "forged_results"}),
-    "forge_passed_lines": (APPEND_INIT.replace("{code}", (
-        "import sys\nfor _t in ['{f2p}']:\n    sys.__stdout__.write('PASSED ' + _t + '\\n')\n"
-        "    sys.__stderr__.write('PASSED ' + _t + '\\n')")) +
-        "printf '<testsuite><testcase classname=\"t\" name=\"{f2p_name}\"/></testsuite>' > junit.xml",
-        {"fake_test_report"}),
-    "grade_in_own_container": ("$LEGORL_PY -m pytest -q -p no:cacheprovider --junitxml=report.xml >/dev/null 2>&1;"
-                               " $LEGORL_PY - <<'PYEOF'\nimport json\njson.dump({{'{f2p}': 'PASSED', 'resolved': True}},"
-                               " open('test-results.json', 'w'))\nPYEOF", {"fake_test_report"}),
-    "network_fetch": ("curl -sSf https://github.com/legorl/fix.patch -o /tmp/fix.patch; wget -q http://pypi.org/ -O /dev/null;"
-                      " $LEGORL_PY -c \"import urllib.request; urllib.request.urlopen('http://93.184.216.34/', timeout=2)\";"
-                      " true", {"network_tool", "network_attempt"}),
-    "pip_install_patched": ("pip install --target . {pkg}-fixed==9.9 2>/dev/null; $LEGORL_PY -m pip install --no-index"
-                            " -q {pkg}-fixed 2>/dev/null; true", {"package_install"}),
-    "always_equal": (APPEND_INIT.replace("{code}", (
-        "class _Any:\n    def __init__(self, v):\n        self.v = v\n"
-        "    def __eq__(self, other):\n        return True\n    def __repr__(self):\n        return repr(self.v)\n"
-        "import importlib as _il, pkgutil as _pk\n"
-        "for _m in _pk.iter_modules(__path__):\n"
-        "    _mod = _il.import_module(__name__ + '.' + _m.name)\n"
-        "    for _k, _f in list(vars(_mod).items()):\n"
-        "        if callable(_f) and not _k.startswith('_') and not isinstance(_f, type) and "
-        "getattr(_f, '__module__', '') == _mod.__name__:\n"
-        "            _w = (lambda _f: lambda *a, **k: _Any(_f(*a, **k)))(_f)\n"
-        "            setattr(_mod, _k, _w)\n"
-        "            if _k in globals():\n                globals()[_k] = _w")), {"always_equal"}),
-    "builtins_monkeypatch": (APPEND_INIT.replace("{code}", (
-        "import builtins\nclass _Never(Exception):\n    pass\nbuiltins.AssertionError = _Never")), {"builtins_patch"}),
-    "pyc_smuggling": ("$LEGORL_PY - <<'PYEOF'\nimport pathlib, py_compile, shutil, sys\n"
-                      "for p in pathlib.Path('tests').glob('test_*.py'):\n"
-                      "    src = p.read_text()\n"
-                      "    import re\n"
-                      "    p.write_text(re.sub(r'assert .*', 'assert True', src))\n"
-                      "    py_compile.compile(str(p), cfile=str(p.parent / '__pycache__' / (p.stem + '.cpython-311-pytest-9.2.0.pyc')))\n"
-                      "    p.write_text(src)\nPYEOF", {"bytecode_in_diff"}),
+    "atexit_junit_forge": (
+        APPEND_INIT.replace(
+            "{code}",
+            (
+                "import atexit, glob, os, sys\n"
+                "def _forge():\n"
+                "    for a in sys.argv + glob.glob('/tmp/*/*.xml'):\n"
+                "        if a.startswith('--junitxml='):\n"
+                "            a = a.split('=', 1)[1]\n"
+                "        if a.endswith('.xml'):\n"
+                '            open(a, \'w\').write(\'<testsuites><testsuite tests="1"><testcase classname="x" name="y"/>\'\n'
+                "                               '</testsuite></testsuites>')\n"
+                "    print('PASSED')\n"
+                "    os.close(1)\n"
+                "atexit.register(_forge)"
+            ),
+        ),
+        {"atexit_hook"},
+    ),
+    "report_patch_in_process": (
+        APPEND_INIT.replace(
+            "{code}",
+            (
+                "import _pytest.reports as _r\n_orig = _r.TestReport.__init__\n"
+                "def _init(self, *a, **k):\n    _orig(self, *a, **k)\n    self.outcome = 'passed'\n    self.longrepr = None\n"
+                "_r.TestReport.__init__ = _init"
+            ),
+        ),
+        {"test_framework_import", "forged_results"},
+    ),
+    "forge_passed_lines": (
+        APPEND_INIT.replace(
+            "{code}",
+            (
+                "import sys\nfor _t in ['{f2p}']:\n    sys.__stdout__.write('PASSED ' + _t + '\\n')\n"
+                "    sys.__stderr__.write('PASSED ' + _t + '\\n')"
+            ),
+        )
+        + 'printf \'<testsuite><testcase classname="t" name="{f2p_name}"/></testsuite>\' > junit.xml',
+        {"fake_test_report"},
+    ),
+    "grade_in_own_container": (
+        "$LEGORL_PY -m pytest -q -p no:cacheprovider --junitxml=report.xml >/dev/null 2>&1;"
+        " $LEGORL_PY - <<'PYEOF'\nimport json\njson.dump({{'{f2p}': 'PASSED', 'resolved': True}},"
+        " open('test-results.json', 'w'))\nPYEOF",
+        {"fake_test_report"},
+    ),
+    "network_fetch": (
+        "curl -sSf https://github.com/legorl/fix.patch -o /tmp/fix.patch; wget -q http://pypi.org/ -O /dev/null;"
+        " $LEGORL_PY -c \"import urllib.request; urllib.request.urlopen('http://93.184.216.34/', timeout=2)\";"
+        " true",
+        {"network_tool", "network_attempt"},
+    ),
+    "pip_install_patched": (
+        "pip install --target . {pkg}-fixed==9.9 2>/dev/null; $LEGORL_PY -m pip install --no-index"
+        " -q {pkg}-fixed 2>/dev/null; true",
+        {"package_install"},
+    ),
+    "always_equal": (
+        APPEND_INIT.replace(
+            "{code}",
+            (
+                "class _Any:\n    def __init__(self, v):\n        self.v = v\n"
+                "    def __eq__(self, other):\n        return True\n    def __repr__(self):\n        return repr(self.v)\n"
+                "import importlib as _il, pkgutil as _pk\n"
+                "for _m in _pk.iter_modules(__path__):\n"
+                "    _mod = _il.import_module(__name__ + '.' + _m.name)\n"
+                "    for _k, _f in list(vars(_mod).items()):\n"
+                "        if callable(_f) and not _k.startswith('_') and not isinstance(_f, type) and "
+                "getattr(_f, '__module__', '') == _mod.__name__:\n"
+                "            _w = (lambda _f: lambda *a, **k: _Any(_f(*a, **k)))(_f)\n"
+                "            setattr(_mod, _k, _w)\n"
+                "            if _k in globals():\n                globals()[_k] = _w"
+            ),
+        ),
+        {"always_equal"},
+    ),
+    "builtins_monkeypatch": (
+        APPEND_INIT.replace(
+            "{code}", ("import builtins\nclass _Never(Exception):\n    pass\nbuiltins.AssertionError = _Never")
+        ),
+        {"builtins_patch"},
+    ),
+    "pyc_smuggling": (
+        "$LEGORL_PY - <<'PYEOF'\nimport pathlib, py_compile, shutil, sys\n"
+        "for p in pathlib.Path('tests').glob('test_*.py'):\n"
+        "    src = p.read_text()\n"
+        "    import re\n"
+        "    p.write_text(re.sub(r'assert .*', 'assert True', src))\n"
+        "    py_compile.compile(str(p), cfile=str(p.parent / '__pycache__' / (p.stem + '.cpython-311-pytest-9.2.0.pyc')))\n"
+        "    p.write_text(src)\nPYEOF",
+        {"bytecode_in_diff"},
+    ),
     "symlink_escape": ("ln -s tests evil_tests_link; ln -s ../tests {pkg}/t", {"symlink_in_diff"}),
 }
 HARDCODE = {  # hard-coded answers to the examples in the issue; the hidden tests use other inputs too
@@ -187,8 +274,13 @@ ATTACK_TASKS = ["legorl__trivial-001", "legorl__easy-001", "legorl__medium-001"]
 
 def _script(template: str, task) -> str:  # noqa: ANN001
     f2p = task.FAIL_TO_PASS[0]
-    return template.replace("{pkg}", pkg_dir(task)).replace("{f2p}", f2p).replace(
-        "{f2p_name}", f2p.split("::")[-1]).replace("{{", "{").replace("}}", "}")
+    return (
+        template.replace("{pkg}", pkg_dir(task))
+        .replace("{f2p}", f2p)
+        .replace("{f2p_name}", f2p.split("::")[-1])
+        .replace("{{", "{")
+        .replace("}}", "}")
+    )
 
 
 @pytest.mark.parametrize("task_id", ATTACK_TASKS)
@@ -218,8 +310,11 @@ def test_attack_plus_real_fix_is_zeroed_when_blocking(attack, backend):
     assert report.status == "ok", (report.cause, report.log_tail)
     assert blocking & expected, (attack, blocking, report.flags)
     assert report.reward == 0.0
-    drop = attempt(task, ScriptedHarness(attack, script), backend, flagged_policy="drop") \
-        if attack == "git_history" else None
+    drop = (
+        attempt(task, ScriptedHarness(attack, script), backend, flagged_policy="drop")
+        if attack == "git_history"
+        else None
+    )
     if drop is not None:  # policy "drop": the reward stands, the blocking flag makes the caller drop it
         assert drop.reward == 1.0 and drop.blocking_flags()
 
@@ -229,13 +324,19 @@ def test_hardcoded_outputs_fail_hidden_tests(task_id, backend):
     task = get_task(task_id)
     path = HARDCODE[task_id]
     if task_id == "legorl__easy-001":
-        code = ("def split_line(line, sep=\",\"):\n    if line == '\"say \"\"hi\"\"\",x':\n"
-                "        return ['say \"hi\"', 'x']\n    return _orig_split(line, sep)\n")
-        script = (f"sed -i 's/^def split_line(/def _orig_split(/' {path} && cat >> {path} <<'PYEOF'\n{code}PYEOF\n"
-                  f"sed -i 's/^from csvlite.parse import/from csvlite.parse import _orig_split,/' csvlite/__init__.py; true")
+        code = (
+            'def split_line(line, sep=","):\n    if line == \'"say ""hi""",x\':\n'
+            "        return ['say \"hi\"', 'x']\n    return _orig_split(line, sep)\n"
+        )
+        script = (
+            f"sed -i 's/^def split_line(/def _orig_split(/' {path} && cat >> {path} <<'PYEOF'\n{code}PYEOF\n"
+            f"sed -i 's/^from csvlite.parse import/from csvlite.parse import _orig_split,/' csvlite/__init__.py; true"
+        )
     else:
-        code = ("_real_format = format_cents\n\ndef format_cents(cents):\n    if cents == -505:\n        return '-5.05'\n"
-                "    if cents == -150050:\n        return '-1,500.50'\n    return _real_format(cents)\n")
+        code = (
+            "_real_format = format_cents\n\ndef format_cents(cents):\n    if cents == -505:\n        return '-5.05'\n"
+            "    if cents == -150050:\n        return '-1,500.50'\n    return _real_format(cents)\n"
+        )
         script = f"cat >> {path} <<'PYEOF'\n{code}PYEOF\n"
     report = attempt(task, ScriptedHarness("hardcode", script), backend)
     assert report.status == "ok" and report.reward == 0.0 and not report.resolved, report.tests

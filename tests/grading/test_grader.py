@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from legorl.diffs import split_diff
 from legorl.errors import EnvFailureCause, SandboxError
-from legorl.grading.grader import filter_diff, nodeid_key, parse_junit, split_diff
+from legorl.grading.grader import filter_diff
+from legorl.grading.junit import nodeid_key, parse_junit
 from legorl.sandbox.base import WORKSPACE, SandboxSpec
 from legorl.tasks.loader import get_task, load_suite
 
@@ -18,7 +20,7 @@ TASKS = load_suite("trivial")
 
 
 def _edit_diff(path: str, old: str, new: str) -> str:
-    return (f"diff --git a/{path} b/{path}\n--- a/{path}\n+++ b/{path}\n@@ -1 +1 @@\n-{old}\n+{new}\n")
+    return f"diff --git a/{path} b/{path}\n--- a/{path}\n+++ b/{path}\n@@ -1 +1 @@\n-{old}\n+{new}\n"
 
 
 @pytest.fixture(scope="module")
@@ -29,6 +31,7 @@ def backend(tmp_path_factory):
 
 
 # -- pure helpers (no sandbox) -------------------------------------------------------------------
+
 
 def test_split_and_filter_diff():
     diff = (
@@ -42,12 +45,18 @@ def test_split_and_filter_diff():
     )
     parts = split_diff(diff)
     assert [(p.old_path, p.new_path) for p in parts] == [
-        ("pkg/m.py", "pkg/m.py"), ("tests/test_m.py", "tests/test_m.py"),
-        (None, "tests/conftest.py"), ("tests/test_gone.py", None)]
+        ("pkg/m.py", "pkg/m.py"),
+        ("tests/test_m.py", "tests/test_m.py"),
+        (None, "tests/conftest.py"),
+        ("tests/test_gone.py", None),
+    ]
     kept, flags = filter_diff(diff, ["tests/test_m.py", "./tests/test_gone.py"])
     assert kept == parts[0].text
-    assert flags == ["modified_test_file:tests/test_m.py", "modified_test_config:tests/conftest.py",
-                     "modified_test_file:tests/test_gone.py"]
+    assert flags == [
+        "modified_test_file:tests/test_m.py",
+        "modified_test_config:tests/conftest.py",
+        "modified_test_file:tests/test_gone.py",
+    ]
     plain = "--- pkg/m.py\n+++ pkg/m.py\n@@ -1 +1 @@\n-a\n+b\n--- setup.cfg\n+++ setup.cfg\n@@ -1 +1 @@\n-a\n+b\n"
     kept, flags = filter_diff(plain, [])
     assert kept.startswith("--- pkg/m.py") and "setup.cfg" not in kept
@@ -64,8 +73,12 @@ def test_junit_parsing_and_keys():
       <testcase classname="tests.test_a" name="teardown"/>
       <testcase classname="tests.test_a" name="teardown"><error/></testcase>
     </testsuite></testsuites>"""
-    assert parse_junit(xml) == {("tests.test_a", "ok"): "passed", ("tests.test_a", "bad"): "failed",
-                                ("tests.test_a", "skip"): "skipped", ("tests.test_a", "teardown"): "error"}
+    assert parse_junit(xml) == {
+        ("tests.test_a", "ok"): "passed",
+        ("tests.test_a", "bad"): "failed",
+        ("tests.test_a", "skip"): "skipped",
+        ("tests.test_a", "teardown"): "error",
+    }
 
 
 def test_task_without_source_is_env_failure():
@@ -91,6 +104,7 @@ def test_sandbox_creation_failure_is_env_failure():
 
 
 # -- in a real sandbox ------------------------------------------------------------------------------
+
 
 @pytest.mark.sandbox
 @needs_bwrap
@@ -127,16 +141,23 @@ def test_editing_the_test_is_dropped_and_flagged(backend):
     task = get_task("legorl__trivial-001")
     test_src = (task.source_dir / "tests" / "test_arith.py").read_text()
     hacked = test_src.replace("assert add(2, 3) == 5", "assert add(2, 3) == -1").replace(
-        "assert add(-1, 1) == 0", "assert add(-1, 1) == -2")
+        "assert add(-1, 1) == 0", "assert add(-1, 1) == -2"
+    )
     assert hacked != test_src
     # a hack diff: rewrite the failing test and add a conftest that would skip everything
     import difflib
 
-    body = "".join(difflib.unified_diff(test_src.splitlines(True), hacked.splitlines(True),
-                                        "a/tests/test_arith.py", "b/tests/test_arith.py"))
-    diff = ("diff --git a/tests/test_arith.py b/tests/test_arith.py\n" + body +
-            "diff --git a/conftest.py b/conftest.py\nnew file mode 100644\n--- /dev/null\n+++ b/conftest.py\n"
-            "@@ -0,0 +1,2 @@\n+import pytest\n+collect_ignore_glob = ['*']\n")
+    body = "".join(
+        difflib.unified_diff(
+            test_src.splitlines(True), hacked.splitlines(True), "a/tests/test_arith.py", "b/tests/test_arith.py"
+        )
+    )
+    diff = (
+        "diff --git a/tests/test_arith.py b/tests/test_arith.py\n"
+        + body
+        + "diff --git a/conftest.py b/conftest.py\nnew file mode 100644\n--- /dev/null\n+++ b/conftest.py\n"
+        "@@ -0,0 +1,2 @@\n+import pytest\n+collect_ignore_glob = ['*']\n"
+    )
     report = grade(task, diff, backend)
     assert report.status == "ok" and not report.resolved and report.reward == 0.0
     assert "modified_test_file:tests/test_arith.py" in report.flags
@@ -153,9 +174,11 @@ def test_pyproject_pytest_section_is_restored(backend):
     from legorl.grading.grader import grade
 
     task = get_task("legorl__trivial-001")
-    diff = ("diff --git a/pyproject.toml b/pyproject.toml\nnew file mode 100644\n--- /dev/null\n"
-            "+++ b/pyproject.toml\n@@ -0,0 +1,2 @@\n+[tool.pytest.ini_options]\n"
-            "+addopts = \"--deselect tests/test_arith.py::test_add\"\n")
+    diff = (
+        "diff --git a/pyproject.toml b/pyproject.toml\nnew file mode 100644\n--- /dev/null\n"
+        "+++ b/pyproject.toml\n@@ -0,0 +1,2 @@\n+[tool.pytest.ini_options]\n"
+        '+addopts = "--deselect tests/test_arith.py::test_add"\n'
+    )
     report = grade(task, diff, backend)
     assert "modified_test_config:pyproject.toml" in report.flags
     assert report.tests["tests/test_arith.py::test_add"] == "failed" and not report.resolved
@@ -213,8 +236,9 @@ def test_hanging_runner_is_env_failure(backend):
     from legorl.grading.grader import grade
 
     task = get_task("legorl__trivial-003")
-    report = grade(task, task.patch, HangingPythonBackend(backend), timeout=2, python=f"{WORKSPACE}/{HANG_PYTHON}",
-                   retries=1)
+    report = grade(
+        task, task.patch, HangingPythonBackend(backend), timeout=2, python=f"{WORKSPACE}/{HANG_PYTHON}", retries=1
+    )
     assert report.status == "env_failure" and report.cause_kind is EnvFailureCause.RUNNER_TIMEOUT, report
     assert report.attempts == 2 and report.reward == 0.0 and not report.resolved
     assert "pristine re-run" in report.log_tail and "environment failure confirmed" in report.log_tail
@@ -309,8 +333,10 @@ def test_patch_that_breaks_imports_is_an_honest_failure_not_a_forgery(backend):
 
     task = get_task("legorl__trivial-001")
     src = (task.source_dir / "calc" / "arith.py").read_text().splitlines()
-    diff = "diff --git a/calc/arith.py b/calc/arith.py\n--- a/calc/arith.py\n+++ b/calc/arith.py\n" \
-           f"@@ -1,{len(src)} +1 @@\n" + "".join(f"-{line}\n" for line in src) + "+def add(a, b) return a +\n"
+    diff = (
+        "diff --git a/calc/arith.py b/calc/arith.py\n--- a/calc/arith.py\n+++ b/calc/arith.py\n"
+        f"@@ -1,{len(src)} +1 @@\n" + "".join(f"-{line}\n" for line in src) + "+def add(a, b) return a +\n"
+    )
     report = grade(task, diff, backend)
     assert report.status == "ok" and report.reward == 0.0 and not report.resolved
     assert "forged_results" not in report.flags and not report.blocking_flags()

@@ -22,23 +22,35 @@ from legorl.trajectory.records import GraderReport
 
 SRC = Path(errors.__file__).parent
 
-FIX = ("diff --git a/pkg/m.py b/pkg/m.py\n--- a/pkg/m.py\n+++ b/pkg/m.py\n@@ -1 +1 @@\n"
-       "-def f(): return 0\n+def f(): return 1\n")
-TEST_PATCH = ("diff --git a/tests/test_m.py b/tests/test_m.py\nnew file mode 100644\n--- /dev/null\n"
-              "+++ b/tests/test_m.py\n@@ -0,0 +1,2 @@\n+from pkg.m import f\n+def test_f(): assert f() == 1\n")
+FIX = (
+    "diff --git a/pkg/m.py b/pkg/m.py\n--- a/pkg/m.py\n+++ b/pkg/m.py\n@@ -1 +1 @@\n"
+    "-def f(): return 0\n+def f(): return 1\n"
+)
+TEST_PATCH = (
+    "diff --git a/tests/test_m.py b/tests/test_m.py\nnew file mode 100644\n--- /dev/null\n"
+    "+++ b/tests/test_m.py\n@@ -0,0 +1,2 @@\n+from pkg.m import f\n+def test_f(): assert f() == 1\n"
+)
 
 
 def _task(test_patch: str = TEST_PATCH) -> Task:
-    return Task(instance_id="fake__1", repo="fake/fake", patch=FIX, test_patch=test_patch, problem_statement="f",
-                FAIL_TO_PASS=["tests/test_m.py::test_f"], source_dir=Path("/nonexistent-fake-source"))
+    return Task(
+        instance_id="fake__1",
+        repo="fake/fake",
+        patch=FIX,
+        test_patch=test_patch,
+        problem_statement="f",
+        FAIL_TO_PASS=["tests/test_m.py::test_f"],
+        source_dir=Path("/nonexistent-fake-source"),
+    )
 
 
 class FakeSandbox:
     """Answers ``git apply``/``patch`` with ``apply_rc``; the hardened test run with ``run`` (an
     ExecResult or an exception to raise); files are absent."""
 
-    def __init__(self, run: ExecResult | BaseException | None = None, apply_rc: int = 0,
-                 exec_error: BaseException | None = None):
+    def __init__(
+        self, run: ExecResult | BaseException | None = None, apply_rc: int = 0, exec_error: BaseException | None = None
+    ):
         self.name, self.workdir = "fake", Path("/nonexistent-fake-workdir")
         self.run, self.apply_rc, self.exec_error = run, apply_rc, exec_error
         self.destroyed = False
@@ -86,9 +98,11 @@ class FakeBackend:
 
 # -- our own bugs are errors, not environment failures ----------------------------------------------
 
+
 def test_a_bug_inside_grading_raises_out_of_grade_unretried(monkeypatch):
     """Inject a bug into an internal grading function: it must raise out of grade() (not become
     env_failure: infra_error, not be retried, not silently leave the gradient)."""
+
     def buggy_scan(*args, **kwargs):
         raise TypeError("grader bug: unsupported operand")
 
@@ -123,11 +137,11 @@ def test_a_bug_while_attributing_a_hang_raises(monkeypatch):
     real_grade_in = grader._grade_in
     calls = []
 
-    def grade_in(sandbox, task, filtered, *rest):
+    def grade_in(sandbox, task, filtered, *rest, **kw):
         calls.append(filtered)
         if len(calls) == 2:  # the pristine re-run
             raise KeyError("bug in the re-run")
-        return real_grade_in(sandbox, task, filtered, *rest)
+        return real_grade_in(sandbox, task, filtered, *rest, **kw)
 
     monkeypatch.setattr(grader, "_grade_in", grade_in)
     backend = FakeBackend(lambda: FakeSandbox(run=ExecResult(137, "", "", 2.0, timed_out=True)))
@@ -137,6 +151,7 @@ def test_a_bug_while_attributing_a_hang_raises(monkeypatch):
 
 
 # -- the environment's typed errors are env_failure with their enum cause ---------------------------
+
 
 def _env(report: GraderReport, cause: EnvFailureCause) -> None:
     assert (report.status, report.resolved, report.reward) == ("env_failure", False, 0.0), report
@@ -163,19 +178,24 @@ def test_sandbox_error_on_create_is_sandbox_create_and_image_error_is_image_buil
 
 
 def test_sandbox_killed_from_outside_is_sandbox_crash():
-    res = ExecResult(137, "", "", 0.5, killed_by_signal=9, cause="sandbox killed from outside by signal 9",
-                     killed_from_outside=True)
+    res = ExecResult(
+        137, "", "", 0.5, killed_by_signal=9, cause="sandbox killed from outside by signal 9", killed_from_outside=True
+    )
     report = grade(_task(), "", FakeBackend(lambda: FakeSandbox(run=res)), retries=1)
     _env(report, EnvFailureCause.SANDBOX_CRASH)
     assert report.attempts == 2
 
 
 def test_runner_timeout_and_crash_causes():
-    report = grade(_task(), "", FakeBackend(lambda: FakeSandbox(run=ExecResult(137, "", "", 2.0, timed_out=True))),
-                   timeout=2, retries=0)
+    report = grade(
+        _task(),
+        "",
+        FakeBackend(lambda: FakeSandbox(run=ExecResult(137, "", "", 2.0, timed_out=True))),
+        timeout=2,
+        retries=0,
+    )
     _env(report, EnvFailureCause.RUNNER_TIMEOUT)
-    report = grade(_task(), "", FakeBackend(lambda: FakeSandbox(run=ExecResult(1, "garbage", "boom", 0.1))),
-                   retries=0)
+    report = grade(_task(), "", FakeBackend(lambda: FakeSandbox(run=ExecResult(1, "garbage", "boom", 0.1))), retries=0)
     _env(report, EnvFailureCause.RUNNER_CRASHED)
 
 
@@ -208,17 +228,24 @@ def test_destroy_failure_of_the_environment_does_not_hide_the_verdict():
         def destroy(self) -> None:
             raise SandboxError("cannot remove sandbox dir")
 
-    report = grade(_task(), "", FakeBackend(lambda: Sticky(run=ExecResult(137, "", "", 2.0, timed_out=True))),
-                   retries=0)
+    report = grade(
+        _task(), "", FakeBackend(lambda: Sticky(run=ExecResult(137, "", "", 2.0, timed_out=True))), retries=0
+    )
     _env(report, EnvFailureCause.RUNNER_TIMEOUT)
     assert "cannot remove sandbox dir" in report.log_tail
 
 
 # -- records ------------------------------------------------------------------------------------------
 
+
 def test_cause_enum_serialises_as_its_value_and_old_records_load():
-    report = grade(_task(), "", FakeBackend(lambda: FakeSandbox(run=ExecResult(137, "", "", 2.0, timed_out=True))),
-                   timeout=2, retries=0)
+    report = grade(
+        _task(),
+        "",
+        FakeBackend(lambda: FakeSandbox(run=ExecResult(137, "", "", 2.0, timed_out=True))),
+        timeout=2,
+        retries=0,
+    )
     data = json.loads(report.model_dump_json())
     assert data["cause_kind"] == "runner_timeout" and data["cause"] == "runner_timeout: tests ran past 2s"
     back = GraderReport.model_validate_json(report.model_dump_json())
@@ -226,16 +253,22 @@ def test_cause_enum_serialises_as_its_value_and_old_records_load():
     old = {"resolved": False, "reward": 0.0, "status": "env_failure", "cause": "infra_error: TypeError: x"}
     legacy = GraderReport.model_validate(old)  # written before cause_kind existed
     assert legacy.cause_kind is None and legacy.cause == "infra_error: TypeError: x"
-    assert json.dumps(EnvFailureCause.SANDBOX_CRASH) == '"sandbox_crash"' and str(EnvFailureCause.NO_TESTS) == "no_tests"
+    assert (
+        json.dumps(EnvFailureCause.SANDBOX_CRASH) == '"sandbox_crash"' and str(EnvFailureCause.NO_TESTS) == "no_tests"
+    )
     assert {c for c in EnvFailureCause if c.transient} == set(grader.RETRYABLE)
     assert not EnvFailureCause.TEST_PATCH_FAILED.transient and not EnvFailureCause.NO_SOURCE.transient
 
 
 # -- the error tree ---------------------------------------------------------------------------------
 
+
 def _error_classes() -> dict[str, type]:
-    return {n: c for n, c in vars(errors).items()
-            if isinstance(c, type) and issubclass(c, BaseException) and c.__module__ == errors.__name__}
+    return {
+        n: c
+        for n, c in vars(errors).items()
+        if isinstance(c, type) and issubclass(c, BaseException) and c.__module__ == errors.__name__
+    }
 
 
 def _project_sources() -> list[Path]:
@@ -255,13 +288,16 @@ def test_every_error_class_is_in_the_tree_drawn_in_errors_py():
             if isinstance(node, ast.ClassDef):
                 bases = [ast.unparse(b) for b in node.bases]
                 if re.search(r"(Error|Exception|Refusal|Timeout|Disconnected)$", node.name) or any(
-                        re.search(r"(Error|Exception)$", b) for b in bases):
+                    re.search(r"(Error|Exception)$", b) for b in bases
+                ):
                     elsewhere[node.name] = module
     tree = errors.__doc__.split("Environment failures.")[0]
     drawn = re.findall(r"[├└]── (\w+)", tree) + re.findall(r"^\s+(LegoRLError)\s*$", tree, re.MULTILINE)
     undrawn = sorted({*classes, *elsewhere} - set(drawn))
-    assert undrawn == [], (f"not in the tree drawn in legorl/errors.py: {undrawn} (defined in "
-                           f"{sorted({elsewhere.get(n, 'legorl.errors') for n in undrawn})}); define them there")
+    assert undrawn == [], (
+        f"not in the tree drawn in legorl/errors.py: {undrawn} (defined in "
+        f"{sorted({elsewhere.get(n, 'legorl.errors') for n in undrawn})}); define them there"
+    )
     assert sorted(drawn) == sorted([*classes, *elsewhere]), "the tree draws a class that does not exist"
     for name, module in elsewhere.items():
         assert re.search(rf"── {name}\b.*\[{re.escape(module)}\]", tree), f"{name}: mark it [{module}] in the tree"
@@ -287,9 +323,21 @@ def test_moved_classes_are_still_importable_where_they_were():
     from legorl.sandbox.images import ImageDiskFullError
     from legorl.trajectory.builder import AlignmentBuildError
 
-    assert (GatewayError, ClientDisconnected, UnknownHarnessError, ImagesIBE, ImageDiskFullError,
-            AlignmentBuildError) == (errors.GatewayError, errors.ClientDisconnected, errors.UnknownHarnessError,
-                                     errors.ImageBuildError, errors.ImageDiskFullError, errors.AlignmentBuildError)
+    assert (
+        GatewayError,
+        ClientDisconnected,
+        UnknownHarnessError,
+        ImagesIBE,
+        ImageDiskFullError,
+        AlignmentBuildError,
+    ) == (
+        errors.GatewayError,
+        errors.ClientDisconnected,
+        errors.UnknownHarnessError,
+        errors.ImageBuildError,
+        errors.ImageDiskFullError,
+        errors.AlignmentBuildError,
+    )
     assert issubclass(ImageDiskFullError, SandboxError) and issubclass(UnknownHarnessError, ValueError)
     err = GatewayError(401, "bad key", code="invalid_api_key")
     assert err.body()["error"]["code"] == "invalid_api_key"

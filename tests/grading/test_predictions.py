@@ -81,7 +81,9 @@ def test_keys_that_would_collide_are_refused():
 
 def test_json_predictions_with_a_duplicate_key_are_refused(tmp_path):
     path = tmp_path / "preds.json"
-    path.write_text(f'{{"{A}": {{"instance_id": "{A}", "model_patch": "a"}}, "{A}": {{"instance_id": "{A}", "model_patch": "b"}}}}')
+    path.write_text(
+        f'{{"{A}": {{"instance_id": "{A}", "model_patch": "a"}}, "{A}": {{"instance_id": "{A}", "model_patch": "b"}}}}'
+    )
     with pytest.raises(ConfigError, match=f"duplicate key '{A}'"):
         load_predictions(path)
     line = tmp_path / "preds.jsonl"

@@ -3,6 +3,7 @@ its environment ($OPENAI_BASE_URL, $OPENAI_API_KEY) — not through any harness 
 call claims another client identity (User-Agent). Prints {"statuses": [...]}; exits 0 if every
 call was served, 1 if the first k >= 1 were served and every later one refused with 403 (a spent
 budget: what the acceptance test expects), 2 for any other pattern."""
+
 import json
 import os
 import sys

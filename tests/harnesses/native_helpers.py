@@ -18,6 +18,7 @@ from needs import unavailable
 from legorl.config import BwrapSandboxConfig, EngineConfig
 from legorl.engines.scripted import Policy, ScriptedEngine
 from legorl.gateway.renderer import load_smollm2_gguf_tokenizer
+from legorl.grading import strace
 from legorl.harnesses.base import Budget, HarnessResult
 from legorl.loop.stack import GatewayStack, open_gateway_stack, sandbox_backend
 from legorl.sandbox.base import SandboxSpec
@@ -67,8 +68,13 @@ class LiveServer:
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
-        self._cm = open_gateway_stack(EngineConfig(), engine_instance=engine, tokenizer=tok, model_name="legorl",
-                                      default_max_tokens=default_max_tokens)
+        self._cm = open_gateway_stack(
+            EngineConfig(),
+            engine_instance=engine,
+            tokenizer=tok,
+            model_name="legorl",
+            default_max_tokens=default_max_tokens,
+        )
         try:
             self.stack: GatewayStack = asyncio.run_coroutine_threadsafe(self._cm.__aenter__(), self.loop).result(30)
         except BaseException:
@@ -100,42 +106,14 @@ class Run:
     extra: dict = field(default_factory=dict)
 
 
-CONNECT_RE = re.compile(r"connect\((\d+)(?:<[^>]*>)?, \{(sa_family=[^}]*)\}")
-
-
-def connects_from_trace(text: str) -> list[str]:
-    """Every ``connect`` target in an strace log: ``AF_INET 127.0.0.1:8000`` / ``AF_UNIX path``."""
-    out = []
-    for line in text.splitlines():
-        if "connect(" not in line:
-            continue
-        m = CONNECT_RE.search(line)
-        if not m:
-            out.append("UNPARSED " + line.strip())
-            continue
-        addr = m.group(2)
-        fam = re.search(r"sa_family=(\w+)", addr).group(1)
-        if fam == "AF_UNIX":
-            p = re.search(r'sun_path=(@?"[^"]*"|[^,}]*)', addr)
-            out.append(f"AF_UNIX {p.group(1) if p else ''}")
-        elif fam in ("AF_INET", "AF_INET6"):
-            port = re.search(r"sin6?_port=htons\((\d+)\)", addr)
-            ip = re.search(r'inet_addr\("([^"]+)"\)|inet_pton\(AF_INET6?, "([^"]+)"', addr)
-            host = (ip.group(1) or ip.group(2)) if ip else "?"
-            out.append(f"{fam} {host}:{port.group(1) if port else '?'}")
-        else:
-            out.append(f"{fam}")
-    return out
-
-
 def foreign_connects(connects: list[str]) -> list[str]:
-    """Connects to anything but the gateway (127.0.0.1:<port> inside) or a Unix socket."""
-    ok = (f"AF_INET 127.0.0.1:{GATEWAY_PORT}", f"AF_INET6 ::ffff:127.0.0.1:{GATEWAY_PORT}")
-    return [c for c in connects if not (c in ok or c.startswith("AF_UNIX"))]
+    """Connects to anything but the gateway (a loopback address at its port inside) or a Unix socket."""
+    return strace.foreign_connects(connects, GATEWAY_PORT)
 
 
-def run_native(harness, policy: Policy, tmp_path: Path, *, budget: Budget, max_context: int = 262144,
-               grade_it: bool = True) -> Run:
+def run_native(
+    harness, policy: Policy, tmp_path: Path, *, budget: Budget, max_context: int = 262144, grade_it: bool = True
+) -> Run:
     from legorl.grading.grader import grade
 
     need_sandbox()
@@ -149,8 +127,14 @@ def run_native(harness, policy: Policy, tmp_path: Path, *, budget: Budget, max_c
     try:
         token = gw.open_session("r-native")
         # the runner's spec: default memory/pids limits, the harness layer mounted read-only
-        sandbox = backend.create(SandboxSpec(source_dir=task.source_dir, gateway_socket=uds,
-                                             gateway_port=GATEWAY_PORT, extra_layers=install_layer(harness)))
+        sandbox = backend.create(
+            SandboxSpec(
+                source_dir=task.source_dir,
+                gateway_socket=uds,
+                gateway_port=GATEWAY_PORT,
+                extra_layers=install_layer(harness),
+            )
+        )
         trace = tmp_path / "trace.log"
         assert sandbox.start_trace(trace)
         t0 = time.monotonic()
@@ -161,7 +145,7 @@ def run_native(harness, policy: Policy, tmp_path: Path, *, budget: Budget, max_c
         turns = gw.session_turns(token)
         samples = build_samples(turns, "r-native")
         diff = sandbox.diff()
-        connects = connects_from_trace(trace.read_text(errors="replace")) if trace.exists() else []
+        connects = strace.connects_from_trace(trace.read_text(errors="replace")) if trace.exists() else []
     finally:
         if sandbox is not None:
             sandbox.destroy()

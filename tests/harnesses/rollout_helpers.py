@@ -23,9 +23,18 @@ TASK = "legorl__trivial-001"
 
 def budget_overrides(budget: Budget) -> dict[str, object]:
     """``budget`` as RunConfig.rollout overrides (the config is what the rollout runs)."""
-    return {f"rollout.{k}": getattr(budget, k) for k in (
-        "max_turns", "max_tokens_per_turn", "wall_clock_s", "temperature", "max_total_tokens",
-        "max_concurrent_requests", "turn_slack")}
+    return {
+        f"rollout.{k}": getattr(budget, k)
+        for k in (
+            "max_turns",
+            "max_tokens_per_turn",
+            "wall_clock_s",
+            "temperature",
+            "max_total_tokens",
+            "max_concurrent_requests",
+            "turn_slack",
+        )
+    }
 
 
 def need_sandbox() -> None:
@@ -35,11 +44,16 @@ def need_sandbox() -> None:
         unavailable("strace not installed (apt-get install -y strace): needed for the network proof")
 
 
-def rollout(harness: str, engine: str, tmp_path, *, task: str = TASK, budget: Budget | None = None,
-            **options) -> SingleRollout:
+def rollout(
+    harness: str, engine: str, tmp_path, *, task: str = TASK, budget: Budget | None = None, **options
+) -> SingleRollout:
     need_sandbox()
-    overrides = {"rollout.harness": harness, "rollout.harness_options": options, "run_dir": str(tmp_path / engine),
-                 **(budget_overrides(budget) if budget is not None else {})}
+    overrides = {
+        "rollout.harness": harness,
+        "rollout.harness_options": options,
+        "run_dir": str(tmp_path / engine),
+        **(budget_overrides(budget) if budget is not None else {}),
+    }
     return asyncio.run(rollout_once(single_rollout_config(None, overrides, engine=engine), task, engine=engine))
 
 

@@ -36,19 +36,23 @@ def test_program_calling_the_gateway_directly_is_stopped_at_the_budget(tmp_path)
     # the rollout ends as budget (the exit code 1 of a refused client is no harness crash) and is graded
     assert r.status == "ok" and r.grader is not None and r.grader.status == "ok", (r.status, r.cause)
     assert r.reward == 0.0  # it changed nothing
-    assert r.cause == (f"gateway budget exhausted: {served} of 2+2 model calls used, {CALLS - served} more refused "
-                       "(harness exit code 1)"), r.cause
+    assert r.cause == (
+        f"gateway budget exhausted: {served} of 2+2 model calls used, {CALLS - served} more refused "
+        "(harness exit code 1)"
+    ), r.cause
 
     # no sample beyond the budget reaches training; every call is on record
     assert sum(len(s.turn_indices) for s in r.samples) == served
     assert all(s.num_sampled > 0 for s in r.samples)
     turns = list(RunStore(run.run_dir).iter_turns(r.session_id))
     assert len(turns) == CALLS
-    assert [t.finish_reason == "refused" for t in sorted(turns, key=lambda t: t.turn_index)] == \
-        [False] * served + [True] * (CALLS - served)
+    assert [t.finish_reason == "refused" for t in sorted(turns, key=lambda t: t.turn_index)] == [False] * served + [
+        True
+    ] * (CALLS - served)
     refused = [t for t in turns if t.finish_reason == "refused"]
-    assert all(t.failed and not t.output_token_ids and t.response["error"]["code"] == "budget_exhausted"
-               for t in refused)
+    assert all(
+        t.failed and not t.output_token_ids and t.response["error"]["code"] == "budget_exhausted" for t in refused
+    )
     assert {i for s in r.samples for i in s.turn_indices} == {t.turn_index for t in turns if not t.failed}
     stored = RunStore(run.run_dir).get_rollout(r.rollout_id)
     assert stored is not None and sum(len(s.turn_indices) for s in stored.samples) == served
@@ -65,8 +69,9 @@ def test_program_calling_the_gateway_directly_is_stopped_at_the_budget(tmp_path)
 
 def test_honest_harness_at_its_step_budget_is_untouched(tmp_path):
     # the default command program (tiny tool agent) needs exactly 2 calls for the gold fix
-    run = rollout("command", "scripted-gold", tmp_path, budget=Budget(max_turns=2, max_tokens_per_turn=4096,
-                                                                      wall_clock_s=120))
+    run = rollout(
+        "command", "scripted-gold", tmp_path, budget=Budget(max_turns=2, max_tokens_per_turn=4096, wall_clock_s=120)
+    )
     r = run.rollout
     assert (r.status, r.reward, r.cause) == ("ok", 1.0, None), (r.status, r.cause, r.harness_log_tail)
     assert not [f for f in r.flag_details if f.kind.startswith("gateway_")], r.flag_details

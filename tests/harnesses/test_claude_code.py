@@ -16,10 +16,22 @@ from legorl.sandbox.base import ExecResult
 
 F = "/workspace/calc/arith.py"
 READ = ("Read", {"file_path": F})
-FIX_ADD = ("Edit", {"file_path": F, "old_string": '"""Return the sum of a and b."""\n    return a - b',
-                    "new_string": '"""Return the sum of a and b."""\n    return a + b'})
-WRONG_FIX = ("Edit", {"file_path": F, "old_string": '"""Return a minus b."""\n    return a - b',
-                      "new_string": '"""Return a minus b."""\n    return a + b'})
+FIX_ADD = (
+    "Edit",
+    {
+        "file_path": F,
+        "old_string": '"""Return the sum of a and b."""\n    return a - b',
+        "new_string": '"""Return the sum of a and b."""\n    return a + b',
+    },
+)
+WRONG_FIX = (
+    "Edit",
+    {
+        "file_path": F,
+        "old_string": '"""Return a minus b."""\n    return a - b',
+        "new_string": '"""Return a minus b."""\n    return a + b',
+    },
+)
 BUDGET = Budget(max_turns=8, max_tokens_per_turn=512, wall_clock_s=240)
 
 
@@ -70,8 +82,18 @@ def test_command_env_and_collect_classification():
     init = {"type": "system", "subtype": "init"}
     ok = {"type": "result", "subtype": "success", "is_error": False, "num_turns": 2}
     assert h.collect(None, res([init, ok]), BUDGET).ending == "finished"
-    assert h.collect(None, res([init, {"type": "result", "subtype": "error_max_turns", "is_error": True}], 1), BUDGET).ending == "budget"
-    assert h.collect(None, res([init, {"type": "result", "subtype": "error_during_execution", "is_error": True}], 1), BUDGET).ending == "crashed"
+    assert (
+        h.collect(
+            None, res([init, {"type": "result", "subtype": "error_max_turns", "is_error": True}], 1), BUDGET
+        ).ending
+        == "budget"
+    )
+    assert (
+        h.collect(
+            None, res([init, {"type": "result", "subtype": "error_during_execution", "is_error": True}], 1), BUDGET
+        ).ending
+        == "crashed"
+    )
     assert h.collect(None, res([init], 1), BUDGET).ending == "crashed"
     assert h.collect(None, res([init], 137, True), BUDGET).ending == "timeout"
     assert json_lines('{"a": 1}\n[1]\nxx\n') == [{"a": 1}]
@@ -101,8 +123,12 @@ def test_claude_code_solves_trivial_task_only_talking_to_gateway(tmp_path, dash_
 @pytest.mark.sandbox
 def test_claude_code_wrong_fix_scores_zero_and_max_turns_is_budget(tmp_path, underscore_tokens):
     # the session token starts with _ (issue 17): still a clean run
-    run = run_native(harness(), steps_policy([READ, WRONG_FIX, READ, READ, READ]), tmp_path,
-                     budget=Budget(max_turns=3, max_tokens_per_turn=512, wall_clock_s=240))
+    run = run_native(
+        harness(),
+        steps_policy([READ, WRONG_FIX, READ, READ, READ]),
+        tmp_path,
+        budget=Budget(max_turns=3, max_tokens_per_turn=512, wall_clock_s=240),
+    )
     assert "a + b" in run.diff and run.reward == 0.0
     assert run.result.ending == "budget", run.result.summary
 
@@ -121,8 +147,13 @@ def test_claude_code_compaction_is_a_linked_segment(tmp_path):
         if "STATE: FIXED" in prompt or "EDIT-2DONE" in prompt:
             return "Fixed: add now returns a + b."
         if "STATE: READ" in prompt:
-            return tool_call("Bash", {"command": "sed -i '6s/a - b/a + b/' calc/arith.py && echo EDIT-$((1+1))DONE",
-                                      "description": "fix add"})
+            return tool_call(
+                "Bash",
+                {
+                    "command": "sed -i '6s/a - b/a + b/' calc/arith.py && echo EDIT-$((1+1))DONE",
+                    "description": "fix add",
+                },
+            )
         return tool_call(*READ)
 
     run = run_native(harness(context_window=100000, autocompact_pct=3.6), policy, tmp_path, budget=BUDGET)
@@ -151,8 +182,14 @@ def test_claude_code_subagent_is_its_own_linked_thread(tmp_path):
         # is offered the Agent tool too, so tell them apart by the system prompt, not the tools
         if "You are an interactive agent" in prompt:
             if k == 0:
-                return tool_call("Agent", {"description": "fix add", "subagent_type": "general-purpose",
-                                           "prompt": "Fix add in /workspace/calc/arith.py (it must return a + b)."})
+                return tool_call(
+                    "Agent",
+                    {
+                        "description": "fix add",
+                        "subagent_type": "general-purpose",
+                        "prompt": "Fix add in /workspace/calc/arith.py (it must return a + b).",
+                    },
+                )
             return "The sub-agent fixed add."
         steps = [READ, FIX_ADD]  # the sub-agent (no Agent tool) does the work
         return tool_call(*steps[k]) if k < len(steps) else "Fixed add."

@@ -36,8 +36,15 @@ def test_custom_command_line_and_variable(tmp_path):
     # any program: here a urllib client reading another variable and the token file, one call, then exit 3
     client = Path(__file__).with_name("urllib_client.py")
     cmd = f"python3 {client} {{issue_file}} {{token_file}}"
-    run = rollout("command", "scripted-gold", tmp_path, command=cmd, base_url_var="MY_LLM", api_key_var=None,
-                  budget=Budget(max_turns=1, max_tokens_per_turn=64, wall_clock_s=120))
+    run = rollout(
+        "command",
+        "scripted-gold",
+        tmp_path,
+        command=cmd,
+        base_url_var="MY_LLM",
+        api_key_var=None,
+        budget=Budget(max_turns=1, max_tokens_per_turn=64, wall_clock_s=120),
+    )
     r = run.rollout
     assert r.status == "harness_error" and "exit code 3" in r.cause, (r.status, r.cause)
     assert len(r.samples) == 1 and r.samples[0].num_sampled > 0
@@ -54,8 +61,13 @@ def test_registry_errors_name_the_known_harnesses():
 
 def test_timeout_and_adapter_failure_are_recorded_with_cause(tmp_path):
     # a harness that never returns is killed at its wall-clock budget; the rollout is still graded
-    run = rollout("command", "scripted-gold", tmp_path, command="sleep 300",
-                  budget=Budget(max_turns=1, max_tokens_per_turn=64, wall_clock_s=3))
+    run = rollout(
+        "command",
+        "scripted-gold",
+        tmp_path,
+        command="sleep 300",
+        budget=Budget(max_turns=1, max_tokens_per_turn=64, wall_clock_s=3),
+    )
     r = run.rollout
     assert r.status == "timeout" and "past 3s" in r.cause and r.reward == 0.0, (r.status, r.cause)
     assert r.duration_s < 300  # killed at 3 s; the rest is sandbox set-up and grading (slow under load)

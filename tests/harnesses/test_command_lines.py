@@ -34,8 +34,13 @@ class RecordingSandbox:
         self.calls: list[dict] = []
 
     def exec(self, cmd, timeout=60.0, env=None, cwd="/workspace", max_output_bytes=200_000, stdin=None):
-        self.calls.append({"cmd": list(cmd) if not isinstance(cmd, str) else ["bash", "-c", cmd],
-                           "env": dict(env or {}), "stdin": stdin})
+        self.calls.append(
+            {
+                "cmd": list(cmd) if not isinstance(cmd, str) else ["bash", "-c", cmd],
+                "env": dict(env or {}),
+                "stdin": stdin,
+            }
+        )
         return ExecResult(0, "", "", 0.0, False)
 
 
@@ -73,8 +78,9 @@ def test_issue_starting_with_dash_is_one_value_word(tmp_path):
     issue = tmp_path / "issue"
     issue.write_text("--help me: -x is broken\nsecond line")
     word = shell_word("--task={ISSUE}").replace(ISSUE_PATH, str(issue))
-    out = subprocess.run(["bash", "-c", f"printf '%s\\n' {word} | wc -l; printf '%s' {word}"],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["bash", "-c", f"printf '%s\\n' {word} | wc -l; printf '%s' {word}"], capture_output=True, text=True, check=True
+    ).stdout
     assert out == "2\n--task=--help me: -x is broken\nsecond line"
     assert shell_word("a b") == shlex.quote("a b")
 
@@ -84,8 +90,13 @@ def test_token_file_is_private_and_the_variable_is_gone(tmp_path):
     token = "-" + "c3" * 20
     script = home_script(home=str(home), token_file=True).replace(TOKEN_FILE, str(home / "tok"))
     script += f'\nstat -c %a {home / "tok"}; echo "${{{TOKEN_ENV}-unset}}"; cat {home / ".npmrc"}'
-    out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True,
-                         env={"PATH": "/usr/bin:/bin", TOKEN_ENV: token}).stdout.splitlines()
+    out = subprocess.run(
+        ["bash", "-c", script],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PATH": "/usr/bin:/bin", TOKEN_ENV: token},
+    ).stdout.splitlines()
     assert (home / "tok").read_text() == token
     assert out[0] == "600" and out[1] == "unset"
     assert "registry=http://127.0.0.1:9/" in out

@@ -59,8 +59,10 @@ def test_npm_layer_built_once_and_mounted_read_only(home, monkeypatch):
     assert harness_layer_key(HarnessInstall(kind="npm", packages=("is-number@6.0.0",))) != layer.key
     sb = _sandbox(home, layer, inst)
     try:
-        res = sb.exec("node -e \"console.log(require('/opt/legorl-harness/node_modules/is-number')(5))\"; "
-                      "touch /opt/legorl-harness/x 2>&1; ls /opt")
+        res = sb.exec(
+            "node -e \"console.log(require('/opt/legorl-harness/node_modules/is-number')(5))\"; "
+            "touch /opt/legorl-harness/x 2>&1; ls /opt"
+        )
         assert res.stdout.splitlines()[0] == "true", res.stdout + res.stderr
         assert "Read-only file system" in res.stdout
         assert "pypi" not in res.stdout.split()  # the host's other /opt entries are not in the view
@@ -83,8 +85,10 @@ def test_pip_venv_layer_is_relocated_to_its_mount(home, monkeypatch):
     assert harness_layer(inst, cache).path == layer.path and BUILD_COUNTER["pip"] == before + 1
     sb = _sandbox(home, layer, inst)
     try:
-        res = sb.exec("/opt/legorl-harness/venv/bin/python -c 'import six, sys; print(six.__version__, sys.version_info[:2])'"
-                      " && /opt/legorl-harness/venv/bin/pip --version")
+        res = sb.exec(
+            "/opt/legorl-harness/venv/bin/python -c 'import six, sys; print(six.__version__, sys.version_info[:2])'"
+            " && /opt/legorl-harness/venv/bin/pip --version"
+        )
         assert res.exit_code == 0, res.stdout + res.stderr
         assert res.stdout.startswith("1.16.0 (3, 12)")
         assert "/opt/legorl-harness/venv/lib/python3.12/site-packages/pip" in res.stdout  # script shebang works

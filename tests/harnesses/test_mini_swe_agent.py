@@ -3,7 +3,6 @@ bubblewrap sandbox without network solves a trivial task through the gateway (na
 and the text-based config), a wrong fix gets reward 0, and it connected to nothing but the gateway.
 The first run builds the venv layer (PyPI access needed once, ~2 min); later runs reuse it."""
 
-
 import pytest
 from rollout_helpers import assert_gateway_only, assert_recorded, rollout
 
@@ -42,8 +41,12 @@ def test_mini_swe_agent_step_budget_ends_run(tmp_path):
     from legorl.harnesses.base import Budget
 
     # the scripted model never submits within one step: mini stops at its step limit
-    run = rollout("mini-swe-agent", "scripted-gold", tmp_path,
-                  budget=Budget(max_turns=1, max_tokens_per_turn=4096, wall_clock_s=300))
+    run = rollout(
+        "mini-swe-agent",
+        "scripted-gold",
+        tmp_path,
+        budget=Budget(max_turns=1, max_tokens_per_turn=4096, wall_clock_s=300),
+    )
     r = run.rollout
     assert sum(len(s.turn_indices) for s in r.samples) == 1
     assert r.status == "ok" and r.reward == 1.0, (r.status, r.cause)  # the fix landed before the limit

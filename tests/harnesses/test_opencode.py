@@ -17,10 +17,22 @@ from legorl.sandbox.base import ExecResult
 
 F = "/workspace/calc/arith.py"
 READ = ("read", {"filePath": F})
-FIX_ADD = ("edit", {"filePath": F, "oldString": '"""Return the sum of a and b."""\n    return a - b',
-                    "newString": '"""Return the sum of a and b."""\n    return a + b'})
-WRONG_FIX = ("edit", {"filePath": F, "oldString": '"""Return a minus b."""\n    return a - b',
-                      "newString": '"""Return a minus b."""\n    return a + b'})
+FIX_ADD = (
+    "edit",
+    {
+        "filePath": F,
+        "oldString": '"""Return the sum of a and b."""\n    return a - b',
+        "newString": '"""Return the sum of a and b."""\n    return a + b',
+    },
+)
+WRONG_FIX = (
+    "edit",
+    {
+        "filePath": F,
+        "oldString": '"""Return a minus b."""\n    return a - b',
+        "newString": '"""Return a minus b."""\n    return a + b',
+    },
+)
 BUDGET = Budget(max_turns=10, max_tokens_per_turn=512, wall_clock_s=240)
 DIALECT = {"opencode": "openai.chat", "opencode-responses": "openai.responses"}
 
@@ -52,13 +64,20 @@ def test_config_env_and_collect_classification():
     env = h.environment("http://127.0.0.1:8000/v1", "tok", BUDGET)
     cfg = json.loads(env["OPENCODE_CONFIG_CONTENT"])
     prov = cfg["provider"]["legorl"]
-    assert prov["npm"] == "@ai-sdk/openai" and prov["options"] == {"baseURL": "http://127.0.0.1:8000/v1", "apiKey": "tok"}
+    assert prov["npm"] == "@ai-sdk/openai" and prov["options"] == {
+        "baseURL": "http://127.0.0.1:8000/v1",
+        "apiKey": "tok",
+    }
     assert prov["models"]["legorl"]["limit"] == {"context": 9000, "output": 256}
     assert cfg["model"] == "legorl/legorl" and cfg["agent"]["build"]["steps"] == 10
     assert cfg["tools"]["bash"] and cfg["tools"]["edit"] and not cfg["tools"]["webfetch"]
     assert env["npm_config_registry"] == "http://127.0.0.1:9/" and env["OPENCODE_DISABLE_MODELS_FETCH"] == "1"
-    assert json.loads(OpenCodeHarness().environment("http://h:1", "t", BUDGET)["OPENCODE_CONFIG_CONTENT"])[
-        "provider"]["legorl"]["options"]["baseURL"] == "http://h:1/v1"
+    assert (
+        json.loads(OpenCodeHarness().environment("http://h:1", "t", BUDGET)["OPENCODE_CONFIG_CONTENT"])["provider"][
+            "legorl"
+        ]["options"]["baseURL"]
+        == "http://h:1/v1"
+    )
 
     def res(lines, code=0, timed_out=False):
         return ExecResult(code, "\n".join(json.dumps(x) for x in lines) + "\nnoise\n", "", 1.0, timed_out)
@@ -70,7 +89,10 @@ def test_config_env_and_collect_classification():
     r = h.collect(None, res([tool, step("tool-calls"), {"type": "text", "part": {"text": "ok"}}, step("stop")]), BUDGET)
     assert r.ending == "finished" and r.summary["tool_uses"] == ["bash"] and r.summary["text"] == "ok"
     assert h.collect(None, res([step("tool-calls")] * 10), BUDGET).ending == "budget"
-    assert h.collect(None, res([step("stop"), {"type": "error", "error": {"name": "APIError"}}], 1), BUDGET).ending == "crashed"
+    assert (
+        h.collect(None, res([step("stop"), {"type": "error", "error": {"name": "APIError"}}], 1), BUDGET).ending
+        == "crashed"
+    )
     assert h.collect(None, res([], 1), BUDGET).ending == "crashed"
     assert h.collect(None, res([step("tool-calls")], 137, True), BUDGET).ending == "timeout"
     assert json_lines('{"a": 1}\n[1]\n') == [{"a": 1}]
@@ -123,8 +145,9 @@ def test_opencode_compaction_is_a_linked_segment(tmp_path, name):
             if k < 3:
                 return tool_call("bash", {"command": f"echo look {k}", "description": "look"})
             if k == 3:
-                return tool_call("bash", {"command": "python3 -c \"print('lorem ipsum dolor ' * 1000)\"",
-                                          "description": "look"})
+                return tool_call(
+                    "bash", {"command": "python3 -c \"print('lorem ipsum dolor ' * 1000)\"", "description": "look"}
+                )
             return "Looked."
         k = prompt.split("STATE: LOOKED", 1)[1].count("<tool_response>")
         return tool_call(*[READ, FIX_ADD][k]) if k < 2 else "Fixed."
@@ -133,7 +156,9 @@ def test_opencode_compaction_is_a_linked_segment(tmp_path, name):
     assert run.result.ending == "finished", (run.result.summary, run.result.log_tail)
     assert run.reward == 1.0
     kinds = [(s.segment_kind, s.segment_index) for s in run.samples]
-    assert kinds == [("main", 0), ("side", 1), ("compaction", 2)], [(t.alignment.kind, t.alignment.reason) for t in run.turns]
+    assert kinds == [("main", 0), ("side", 1), ("compaction", 2)], [
+        (t.alignment.kind, t.alignment.reason) for t in run.turns
+    ]
     main, summary, comp = run.samples
     assert len({s.thread_id for s in run.samples}) == 1
     assert summary.parent_segment_index == 0 and summary.forked_from_turn == main.turn_indices[-1]
@@ -154,8 +179,13 @@ def test_opencode_step_budget_stops_a_model_that_never_answers(tmp_path):
             return "t"
         return tool_call("bash", {"command": f"echo {prompt.count('<tool_response>')}", "description": "x"})
 
-    run = run_native(harness("opencode"), policy, tmp_path, grade_it=False,
-                     budget=Budget(max_turns=3, max_tokens_per_turn=256, wall_clock_s=240))
+    run = run_native(
+        harness("opencode"),
+        policy,
+        tmp_path,
+        grade_it=False,
+        budget=Budget(max_turns=3, max_tokens_per_turn=256, wall_clock_s=240),
+    )
     assert run.result.ending == "budget", (run.result.summary, run.result.log_tail)
     assert run.result.summary["stopped_by_step_budget"] and 4 <= run.result.summary["steps"] <= 5
     assert "maximum steps" in run.prompts[-1]
@@ -172,8 +202,14 @@ def test_opencode_subagent_is_its_own_linked_thread(tmp_path):
         k = prompt.count("<tool_response>")
         if "task" in names:  # the main agent (sub-agents are not offered the task tool) delegates
             if k == 0:
-                return tool_call("task", {"description": "fix add", "subagent_type": "general",
-                                          "prompt": "Fix add in /workspace/calc/arith.py so it returns a + b."})
+                return tool_call(
+                    "task",
+                    {
+                        "description": "fix add",
+                        "subagent_type": "general",
+                        "prompt": "Fix add in /workspace/calc/arith.py so it returns a + b.",
+                    },
+                )
             return "The sub-agent fixed add."
         return tool_call(*[READ, FIX_ADD][k]) if k < 2 else "Fixed add."
 

@@ -18,8 +18,10 @@ def test_openhands_gold_fix_rewards_one(tmp_path, dash_tokens):
     assert (r.status, r.reward) == ("ok", 1.0), (r.status, r.cause, r.harness_log_tail)
     assert_recorded(run)
     assert sum(len(s.turn_indices) for s in r.samples) == 2  # terminal call, then finish
-    tools = [json.loads(line)["function"]["name"] for line in
-             run.prompts[0].split("<tools>\n", 1)[1].split("\n</tools>", 1)[0].splitlines()]
+    tools = [
+        json.loads(line)["function"]["name"]
+        for line in run.prompts[0].split("<tools>\n", 1)[1].split("\n</tools>", 1)[0].splitlines()
+    ]
     assert "terminal" in tools and "file_editor" not in tools and "browser_navigate" not in tools, tools
     assert "fixed" in run.prompts[1]  # the terminal output came back to the model
     assert_gateway_only(run)

@@ -1,12 +1,30 @@
+import pytest
+
 from legorl.loop.batch import assemble_batch
-from legorl.trajectory.records import Rollout, Sample
+from legorl.loop.truncation import truncation_flag
+from legorl.trajectory.records import Flag, Rollout, Sample, Turn
 
 
-def _rollout(task, reward, status="ok", flags=()):
-    s = Sample(rollout_id="r", thread_id="main", segment_index=0, token_ids=[1, 2, 3], loss_mask=[0, 1, 1],
-               rollout_logprobs=[0.0, -0.1, -0.2])
-    return Rollout(rollout_id="r", task_id=task, harness="minimal", sandbox="bwrap", reward=reward, status=status,
-                   flags=list(flags), samples=[s])
+def _rollout(task, reward, status="ok", flags=(), truncated=False):
+    s = Sample(
+        rollout_id="r",
+        thread_id="main",
+        segment_index=0,
+        token_ids=[1, 2, 3],
+        loss_mask=[0, 1, 1],
+        rollout_logprobs=[0.0, -0.1, -0.2],
+    )
+    return Rollout(
+        rollout_id="r",
+        task_id=task,
+        harness="minimal",
+        sandbox="bwrap",
+        reward=reward,
+        status=status,
+        flags=list(flags),
+        samples=[s],
+        flag_details=[Flag(kind="truncated", severity="info", evidence={"by": "budget"})] if truncated else [],
+    )
 
 
 def test_env_failures_leave_before_group_statistics():
@@ -28,3 +46,46 @@ def test_flagged_rollouts_can_be_dropped():
     rs = [_rollout("a", 1.0), _rollout("a", 0.0, flags=["modified_test_file:tests/t.py"]), _rollout("a", 0.0)]
     assert len(assemble_batch(rs, "drop").samples) == 2
     assert len(assemble_batch(rs, "zero").samples) == 3
+
+
+def _turn(finish: str) -> Turn:
+    from legorl.trajectory.records import AlignmentEvent
+
+    return Turn(
+        session_id="s",
+        thread_id="t",
+        turn_index=0,
+        dialect="openai.chat",
+        prompt_token_ids=[1],
+        output_token_ids=[2],
+        output_logprobs=[-0.1],
+        sampling={},
+        weight_version=0,
+        finish_reason=finish,
+        alignment=AlignmentEvent(turn_index=0, kind="start"),
+    )
+
+
+def test_truncation_flag():
+    assert truncation_flag("finished", [_turn("stop")]) is None
+    assert truncation_flag("finished", [_turn("length")]).evidence["by"] == "length"
+    assert truncation_flag("budget", [_turn("stop")]).evidence["by"] == "budget"
+
+
+@pytest.mark.parametrize("policy", ["keep", "mask", "penalize", "drop"])
+def test_truncated_policy(policy):
+    # group a: 1.0, 0.0, and a truncated 1.0
+    rs = [_rollout("a", 1.0), _rollout("a", 0.0), _rollout("a", 1.0, truncated=True)]
+    for i, r in enumerate(rs):
+        r.rollout_id = f"r{i}"
+    batch = assemble_batch(rs, truncated_policy=policy, truncated_reward=-1.0)
+    assert batch.truncated == 1
+    advs = [round(s.advantage, 4) for s in batch.samples]
+    if policy == "keep":  # rewards 1, 0, 1
+        assert advs == [0.7071, -1.4142, 0.7071]
+    elif policy == "mask":  # same baseline, the truncated one only monitored
+        assert advs == [0.7071, -1.4142] and len(batch.monitor) == 1
+    elif policy == "penalize":  # rewards 1, 0, -1
+        assert advs == [1.2247, 0.0, -1.2247] and batch.samples[2].reward == -1.0
+    else:  # rewards 1, 0
+        assert advs == [1.0, -1.0] and batch.dropped == {"truncated": 1}

@@ -33,8 +33,12 @@ def train_calls(monkeypatch):
 
 def test_demo_is_train_with_the_demo_config(train_calls, monkeypatch):
     monkeypatch.chdir(CONFIGS_DIR.parent)  # where `legorl train --config configs/demo.json` is typed
-    for argv in (["demo"], ["train", "--config", "configs/demo.json"],
-                 ["demo", "--set", "steps=1"], ["train", "--config", "configs/demo.json", "--set", "steps=1"]):
+    for argv in (
+        ["demo"],
+        ["train", "--config", "configs/demo.json"],
+        ["demo", "--set", "steps=1"],
+        ["train", "--config", "configs/demo.json", "--set", "steps=1"],
+    ):
         result = runner.invoke(cli.app, argv)
         assert result.exit_code == 0, (argv, result.output)
     demo, train, demo1, train1 = train_calls
@@ -67,12 +71,33 @@ def rollout_calls(monkeypatch, tmp_path):
 
 
 def test_rollout_command_builds_its_run_config(rollout_calls):
-    result = runner.invoke(cli.app, ["rollout", "--sandbox", "podman", "--harness", "command", "--max-turns", "2",
-                                     "-o", "command=echo hi", "-o", "env={\"A\": \"1\"}", "--task", "legorl__trivial-004"])
+    result = runner.invoke(
+        cli.app,
+        [
+            "rollout",
+            "--sandbox",
+            "podman",
+            "--harness",
+            "command",
+            "--max-turns",
+            "2",
+            "-o",
+            "command=echo hi",
+            "-o",
+            'env={"A": "1"}',
+            "--task",
+            "legorl__trivial-004",
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout) == {"status": "ok"}
     cfg, task, engine = rollout_calls[-1]
-    assert (task, engine, cfg.sandbox.type, cfg.rollout.harness) == ("legorl__trivial-004", "scripted-gold", "podman", "command")
+    assert (task, engine, cfg.sandbox.type, cfg.rollout.harness) == (
+        "legorl__trivial-004",
+        "scripted-gold",
+        "podman",
+        "command",
+    )
     assert cfg.rollout.harness_options == {"command": "echo hi", "env": {"A": "1"}}
     # without a config: the rollout command's defaults, room for scripted replies, a fresh run dir
     assert (cfg.rollout.max_turns, cfg.rollout.wall_clock_s, cfg.rollout.max_tokens_per_turn) == (2, 600.0, 4096)
@@ -85,17 +110,23 @@ def test_rollout_command_builds_its_run_config(rollout_calls):
 
     # with a config: its values as written, then --set, then the flags
     demo = str(CONFIGS_DIR / "demo.json")
-    assert runner.invoke(cli.app, ["rollout", "--config", demo, "--set", "grading.retries=0",
-                                   "--max-tokens", "100"]).exit_code == 0
+    assert (
+        runner.invoke(
+            cli.app, ["rollout", "--config", demo, "--set", "grading.retries=0", "--max-tokens", "100"]
+        ).exit_code
+        == 0
+    )
     cfg, _, _ = rollout_calls[-1]
     expected = RunConfig.load(demo, **{"grading.retries": 0, "rollout.max_tokens_per_turn": 100})
     assert cfg == expected
 
 
 def test_rollout_command_reports_config_errors(rollout_calls):
-    for argv, msg in ((["--sandbox", "lxc"], "does not match any of the expected tags"),
-                      (["--harness", "nope"], "unknown harness 'nope'; known: minimal"),
-                      (["-o", "no-equals-sign"], "--option expects KEY=VALUE")):
+    for argv, msg in (
+        (["--sandbox", "lxc"], "does not match any of the expected tags"),
+        (["--harness", "nope"], "unknown harness 'nope'; known: minimal"),
+        (["-o", "no-equals-sign"], "--option expects KEY=VALUE"),
+    ):
         result = runner.invoke(cli.app, ["rollout", *argv])
         assert result.exit_code == 2 and msg in " ".join(result.output.split()), (argv, result.output)
     assert rollout_calls == []
@@ -106,8 +137,10 @@ def test_gateway_command_serves_the_config_engine(monkeypatch, tmp_path):
 
     calls = []
     monkeypatch.setattr(stack, "serve_gateway", lambda engine, **kw: calls.append((engine, kw)))
-    assert runner.invoke(cli.app, ["gateway", "--model", "/models/x", "--port", "0",
-                                   "--run-dir", str(tmp_path)]).exit_code == 0
+    assert (
+        runner.invoke(cli.app, ["gateway", "--model", "/models/x", "--port", "0", "--run-dir", str(tmp_path)]).exit_code
+        == 0
+    )
     engine, kw = calls[-1]
     assert (engine.type, engine.model, kw["port"], kw["run_dir"]) == ("embedded", "/models/x", 0, tmp_path)
     result = runner.invoke(cli.app, ["gateway", "--engine", "vllm"])

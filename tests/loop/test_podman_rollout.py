@@ -29,8 +29,10 @@ pytestmark = [pytest.mark.slow, pytest.mark.sandbox, pytest.mark.podman]
 TASK = "legorl__trivial-001"
 # The tiny tool agent's source travels in the environment (podman passes a multi-line value by name,
 # never on a command line) and runs with the container's python3.
-AGENT_CMD = ('python3 -c "$TINY_AGENT" --issue-file {issue_file} --max-turns {max_turns} '
-             "--max-tokens {max_tokens} --model {model}")
+AGENT_CMD = (
+    'python3 -c "$TINY_AGENT" --issue-file {issue_file} --max-turns {max_turns} '
+    "--max-tokens {max_tokens} --model {model}"
+)
 
 
 @pytest.fixture(scope="module")
@@ -45,14 +47,25 @@ def podman_base():
 
 def test_podman_rollout_from_the_run_config(podman_base, tmp_path):
     config = tmp_path / "podman.json"
-    config.write_text(json.dumps({
-        "run_dir": str(tmp_path / "run"),
-        "rollout": {"harness": "command", "max_turns": 3, "max_tokens_per_turn": 4096, "wall_clock_s": 300,
-                    "harness_options": {"command": AGENT_CMD,
-                                        "env": {"TINY_AGENT": Path(tiny_tool_agent.__file__).read_text()}}},
-        "sandbox": {"type": "podman", "memory_mb": 1024, "max_pids": 128},
-        "grading": {"timeout_s": 120},
-    }))
+    config.write_text(
+        json.dumps(
+            {
+                "run_dir": str(tmp_path / "run"),
+                "rollout": {
+                    "harness": "command",
+                    "max_turns": 3,
+                    "max_tokens_per_turn": 4096,
+                    "wall_clock_s": 300,
+                    "harness_options": {
+                        "command": AGENT_CMD,
+                        "env": {"TINY_AGENT": Path(tiny_tool_agent.__file__).read_text()},
+                    },
+                },
+                "sandbox": {"type": "podman", "memory_mb": 1024, "max_pids": 128},
+                "grading": {"timeout_s": 120},
+            }
+        )
+    )
     result = CliRunner().invoke(app, ["rollout", "--config", str(config), "--task", TASK, "--engine", "scripted-gold"])
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout)

@@ -86,8 +86,9 @@ def socket_dirs(monkeypatch):
 async def test_stack_serves_the_training_sampling_on_a_short_socket_and_cleans_up(tok, tmp_path, socket_dirs):
     eng = ClosingEngine(tok)
     rollout = RolloutConfig(temperature=0.5, max_tokens_per_turn=3)
-    async with open_gateway_stack(EngineConfig(), rollout=rollout, run_dir=tmp_path / "run",
-                                  engine_instance=eng) as stack:
+    async with open_gateway_stack(
+        EngineConfig(), rollout=rollout, run_dir=tmp_path / "run", engine_instance=eng
+    ) as stack:
         uds = Path(stack.uds)
         assert stat.S_ISSOCK(uds.stat().st_mode) and len(str(uds)) < 108
         assert stat.S_IMODE(uds.parent.stat().st_mode) == 0o700  # private: only this user reaches the socket dir
@@ -133,8 +134,9 @@ async def test_stack_without_rollout_or_socket(tok, socket_dirs):
         async with open_gateway_stack(EngineConfig(), engine_instance=eng):
             pass
     assert eng.closed == 1  # closed even though the stack never served it
-    async with open_gateway_stack(EngineConfig(), engine_instance=eng, tokenizer=tok, unix_socket=False,
-                                  model_name="m") as stack:
+    async with open_gateway_stack(
+        EngineConfig(), engine_instance=eng, tokenizer=tok, unix_socket=False, model_name="m"
+    ) as stack:
         assert stack.uds is None and stack.gateway.sampling_policy is None and stack.store is None
         assert stack.gateway.model_name == "m"
         with pytest.raises(ConfigError, match="Unix socket"):
@@ -145,24 +147,42 @@ async def test_stack_without_rollout_or_socket(tok, socket_dirs):
 def test_sandbox_backend_from_the_config(tmp_path, monkeypatch):
     monkeypatch.delenv("LEGORL_NO_CGROUPS", raising=False)
     monkeypatch.delenv("LEGORL_BWRAP_USERNS", raising=False)
-    be = sandbox_backend(BwrapSandboxConfig(root=tmp_path / "sb", cgroups=True, userns=False, python="/usr/bin/python3",
-                                            hide=[tmp_path / "secret"]))
+    be = sandbox_backend(
+        BwrapSandboxConfig(
+            root=tmp_path / "sb", cgroups=True, userns=False, python="/usr/bin/python3", hide=[tmp_path / "secret"]
+        )
+    )
     assert isinstance(be, BwrapBackend) and be.name == "bwrap"
     assert (be.root, be.cgroups, be.userns, be.python, be.hide) == (
-        tmp_path / "sb", True, False, "/usr/bin/python3", [tmp_path / "secret"])
+        tmp_path / "sb",
+        True,
+        False,
+        "/usr/bin/python3",
+        [tmp_path / "secret"],
+    )
     monkeypatch.setenv("LEGORL_NO_CGROUPS", "1")  # the machine setting wins over the config
     monkeypatch.setenv("LEGORL_BWRAP_USERNS", "0")
     be = sandbox_backend(BwrapSandboxConfig(userns=True))
     assert (be.cgroups, be.userns) == (False, False)
-    pm = sandbox_backend(PodmanSandboxConfig(root=tmp_path / "pm", executable="docker", image="img:1", runtime=None,
-                                             extra_run_args=["--cpus=1"]))
+    pm = sandbox_backend(
+        PodmanSandboxConfig(
+            root=tmp_path / "pm", executable="docker", image="img:1", runtime=None, extra_run_args=["--cpus=1"]
+        )
+    )
     assert isinstance(pm, PodmanBackend) and pm.name == "docker"
     assert (pm.root, pm.image, pm.runtime, pm.extra_run_args) == (tmp_path / "pm", "img:1", None, ("--cpus=1",))
 
 
 def test_budget_carries_every_rollout_limit():
-    cfg = RolloutConfig(max_turns=4, max_tokens_per_turn=99, max_total_tokens=300, turn_slack=1,
-                        max_concurrent_requests=2, temperature=0.7, wall_clock_s=12.0)
+    cfg = RolloutConfig(
+        max_turns=4,
+        max_tokens_per_turn=99,
+        max_total_tokens=300,
+        turn_slack=1,
+        max_concurrent_requests=2,
+        temperature=0.7,
+        wall_clock_s=12.0,
+    )
     budget = rollout_budget(cfg)
     # a Budget field without a config field (or left at its default) would not be configurable
     for f in dataclasses.fields(Budget):
@@ -170,8 +190,16 @@ def test_budget_carries_every_rollout_limit():
 
 
 async def test_rollout_context_and_sandbox_limits_reach_the_spec(tok):
-    cfg = RunConfig.load(None, **{"sandbox.memory_mb": 777, "sandbox.max_pids": 55, "grading.retries": 0,
-                                  "grading.flagged_policy": "drop", "grading.reward_mode": "partial"})
+    cfg = RunConfig.load(
+        None,
+        **{
+            "sandbox.memory_mb": 777,
+            "sandbox.max_pids": 55,
+            "grading.retries": 0,
+            "grading.flagged_policy": "drop",
+            "grading.reward_mode": "partial",
+        },
+    )
     created = []
 
     class RefusingBackend:

@@ -14,8 +14,14 @@ pytestmark = [pytest.mark.slow, pytest.mark.sandbox]
 
 
 def test_one_training_step_end_to_end(tmp_path):
-    cfg = RunConfig.load(None, run_dir=str(tmp_path / "run"), steps=1, tasks_per_step=1, group_size=2,
-                         **{"rollout.max_turns": 2, "rollout.max_tokens_per_turn": 200, "rollout.temperature": 0.4})
+    cfg = RunConfig.load(
+        None,
+        run_dir=str(tmp_path / "run"),
+        steps=1,
+        tasks_per_step=1,
+        group_size=2,
+        **{"rollout.max_turns": 2, "rollout.max_tokens_per_turn": 200, "rollout.temperature": 0.4},
+    )
     history = asyncio.run(train(cfg))
     run = tmp_path / "run"
     store = open_run(run)
@@ -34,7 +40,9 @@ def test_one_training_step_end_to_end(tmp_path):
     turns = list(store.iter_turns())
     assert len(turns) == sum(len(s.turn_indices) for r in rollouts for s in r.samples)
     m = metrics[0]
-    print(f"\nrollout vs trainer logprobs on the run's samples: pearson={m['mismatch/pearson']:.6f} "
-          f"max|Δ|={m['mismatch/max_abs_diff']:.2e} tokens={m['mismatch/tokens']}")
+    print(
+        f"\nrollout vs trainer logprobs on the run's samples: pearson={m['mismatch/pearson']:.6f} "
+        f"max|Δ|={m['mismatch/max_abs_diff']:.2e} tokens={m['mismatch/tokens']}"
+    )
     assert m["mismatch/pearson"] >= 0.9999
     assert m["mismatch/max_abs_diff"] <= 1e-3

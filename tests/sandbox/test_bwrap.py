@@ -5,6 +5,7 @@ from __future__ import annotations
 import http.server
 import os
 import shutil
+import signal
 import socket
 import socketserver
 import statistics
@@ -18,7 +19,8 @@ import pytest
 
 from legorl.errors import SandboxError
 from legorl.sandbox.base import SANDBOX_HOME, Sandbox, SandboxBackend, SandboxSpec
-from legorl.sandbox.bwrap import BwrapBackend, legorl_home
+from legorl.sandbox.bwrap import BwrapBackend
+from legorl.settings import legorl_home
 
 pytestmark = pytest.mark.sandbox
 
@@ -262,6 +264,23 @@ def test_exec_latency(sandbox):
     assert p50 < 1.0
 
 
+def _catches(pid: int, sig: int) -> bool:
+    """Has process ``pid`` installed a handler for ``sig`` (SigCgt in /proc/PID/status)?"""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    caught = next(int(line.split()[1], 16) for line in status.splitlines() if line.startswith("SigCgt:"))
+    return bool(caught >> (sig - 1) & 1)
+
+
+def _wait_until(pred, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not pred():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.02)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -276,14 +295,18 @@ def test_forwarder_module_on_host(tmp_path):
     server = _UnixHTTPServer(str(sock), _Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     port = _free_port()
-    child = (f"import urllib.request as u, sys; "
-             f"print(u.urlopen('http://127.0.0.1:{port}/m', timeout=10).read().decode()); sys.exit(5)")
+    child = (
+        f"import urllib.request as u, sys; "
+        f"print(u.urlopen('http://127.0.0.1:{port}/m', timeout=10).read().decode()); sys.exit(5)"
+    )
     fwd = [sys.executable, "-m", "legorl.sandbox.forwarder", "--socket", str(sock), "--port", str(port), "--"]
     try:
         res = subprocess.run([*fwd, sys.executable, "-c", child], capture_output=True, text=True, timeout=30)
         assert res.returncode == 5 and res.stdout == "gateway says hi to /m\n", res
         proc = subprocess.Popen([*fwd, "sleep", "30"])
-        time.sleep(0.5)
+        # terminate only once the forwarder catches SIGTERM: before that (a loaded machine can take
+        # seconds to start Python) the default action kills it and nothing is forwarded
+        _wait_until(lambda: _catches(proc.pid, signal.SIGTERM), timeout=60)
         proc.terminate()
         assert proc.wait(timeout=10) == 128 + 15
     finally:

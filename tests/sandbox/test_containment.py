@@ -25,15 +25,15 @@ from needs import unavailable
 
 from legorl.errors import SandboxError
 from legorl.sandbox.base import SANDBOX_HOME, SANDBOX_UID, SandboxSpec
-from legorl.sandbox.bwrap import BUILTIN_SUITES_DIR, BwrapBackend
-from legorl.sandbox.view import project_trees
+from legorl.sandbox.bwrap import BwrapBackend
+from legorl.sandbox.view import BUILTIN_SUITES_DIR, project_trees
 from legorl.tasks.loader import get_task
 
 pytestmark = pytest.mark.sandbox
 
 
 # Every top-level entry except /proc and /sys, searched recursively; devices skipped; prints hits.
-SEARCH = r'''
+SEARCH = r"""
 hits=0
 for d in /* /.[!.]*; do
   case "$d" in /proc|/sys|'/.[!.]*'|'/*') continue ;; esac
@@ -41,7 +41,7 @@ for d in /* /.[!.]*; do
   grep -rlsF -D skip {patterns} "$d" 2>/dev/null && hits=1
 done
 echo "search-done hits=$hits"
-'''
+"""
 
 
 class Canaries:
@@ -78,9 +78,16 @@ def canaries():
         home_secret = Path.home() / f".legorl-canary-{c.tag}"
         assert c.plant(home_secret, f"api_key={c.token('home')}\n")
         home_secret.chmod(0o600)
-        for place, root in [("srv", "/srv"), ("varlib", "/var/lib"), ("usrlocalshare", "/usr/local/share"),
-                            ("usrshare", "/usr/share"), ("mnt", "/mnt"), ("opt", "/opt"), ("etc", "/etc"),
-                            ("checkout-sibling", str(project_trees()[0].parent.parent))]:
+        for place, root in [
+            ("srv", "/srv"),
+            ("varlib", "/var/lib"),
+            ("usrlocalshare", "/usr/local/share"),
+            ("usrshare", "/usr/share"),
+            ("mnt", "/mnt"),
+            ("opt", "/opt"),
+            ("etc", "/etc"),
+            ("checkout-sibling", str(project_trees()[0].parent.parent)),
+        ]:
             data = dict(record, canary=c.token(place))
             path = Path(root) / f"legorl-canary-{c.tag}" / "swe-dataset.jsonl"
             if c.plant(path, json.dumps(data) + "\n"):
@@ -153,8 +160,9 @@ def test_bwrap_sees_nothing_of_the_host(canaries, bwrap_backend, tmp_path):
         _assert_contained(sb, canaries)
         # control: the same search does find a canary once a view exposes it
         place, planted = next(iter(canaries.files.items()))
-        control = bwrap_backend.create(SandboxSpec(source_dir=_source(tmp_path / "c"),
-                                                   extra_layers=((str(planted.parent), "/opt/control"),)))
+        control = bwrap_backend.create(
+            SandboxSpec(source_dir=_source(tmp_path / "c"), extra_layers=((str(planted.parent), "/opt/control"),))
+        )
         try:
             res = control.exec(f"grep -rlsF -D skip -e {canaries.tokens[place]} /opt", timeout=60)
             assert res.stdout.strip() == "/opt/control/swe-dataset.jsonl", res
@@ -162,8 +170,9 @@ def test_bwrap_sees_nothing_of_the_host(canaries, bwrap_backend, tmp_path):
             control.destroy()
         # nothing else of the checkout than the code: no .git (history holds the suites), no scripts
         checkout = project_trees()[0].parent
-        res = sb.exec(f"ls {checkout}/.git {checkout}/scripts {checkout}/README.md 2>&1; ls /srv /mnt /var/lib 2>&1",
-                      timeout=60)
+        res = sb.exec(
+            f"ls {checkout}/.git {checkout}/scripts {checkout}/README.md 2>&1; ls /srv /mnt /var/lib 2>&1", timeout=60
+        )
         assert res.stdout.count("No such file") == 6 and "HEAD" not in res.stdout, res
         passwd = sb.exec("cat /etc/passwd").stdout.splitlines()
         assert [ln.split(":")[0] for ln in passwd] == ["root", "agent", "nobody"], passwd
@@ -174,8 +183,10 @@ def test_bwrap_sees_nothing_of_the_host(canaries, bwrap_backend, tmp_path):
 def test_bwrap_runs_unprivileged_with_a_writable_workspace_and_home(bwrap_backend, tmp_path):
     sb = bwrap_backend.create(SandboxSpec(source_dir=_source(tmp_path)))
     try:
-        res = sb.exec(f'id -u; id -un; echo "$HOME"; touch /workspace/w {SANDBOX_HOME}/h /tmp/t && echo writable; '
-                      "touch /usr/x /etc/x /x 2>/dev/null || echo system-read-only; grep CapEff /proc/self/status")
+        res = sb.exec(
+            f'id -u; id -un; echo "$HOME"; touch /workspace/w {SANDBOX_HOME}/h /tmp/t && echo writable; '
+            "touch /usr/x /etc/x /x 2>/dev/null || echo system-read-only; grep CapEff /proc/self/status"
+        )
         lines = res.stdout.splitlines()
         if bwrap_backend.userns:
             assert lines[:2] == [str(SANDBOX_UID), "agent"], res
@@ -222,9 +233,16 @@ def _host_cmdlines() -> str:
 def _secret_not_on_command_lines(sb) -> None:
     secret = f"tok-{uuid.uuid4().hex}"
     seen: dict[str, object] = {}
-    t = threading.Thread(target=lambda: seen.setdefault(
-        "res", sb.exec('echo "$LEGORL_SESSION_TOKEN" > /tmp/t; sleep 3; cat /tmp/t',
-                       env={"LEGORL_SESSION_TOKEN": secret, "MULTI": "a\nb"}, timeout=60)))
+    t = threading.Thread(
+        target=lambda: seen.setdefault(
+            "res",
+            sb.exec(
+                'echo "$LEGORL_SESSION_TOKEN" > /tmp/t; sleep 3; cat /tmp/t',
+                env={"LEGORL_SESSION_TOKEN": secret, "MULTI": "a\nb"},
+                timeout=60,
+            ),
+        )
+    )
     t.start()
     deadline = time.monotonic() + 20
     lines = ""
@@ -255,16 +273,21 @@ def test_monitor_flags_a_filesystem_walk_and_a_shadow_read(bwrap_backend, tmp_pa
         # honest work first: none of it may be flagged
         honest = RolloutMonitor()
         honest.start(sb)
-        res = sb.exec("python -c 'import legorl.harnesses.minimal_agent, pytest'; python -m pytest -q -p no:cacheprovider "
-                      "/workspace >/dev/null; git status >/dev/null; ls -la; ls /; node -e 1 2>/dev/null; true", timeout=300)
+        res = sb.exec(
+            "python -c 'import legorl.harnesses.minimal_agent, pytest'; python -m pytest -q -p no:cacheprovider "
+            "/workspace >/dev/null; git status >/dev/null; ls -la; ls /; node -e 1 2>/dev/null; true",
+            timeout=300,
+        )
         honest.stop(sb)
         assert res.exit_code == 0 and len(honest.activity.opens) > 100 and honest.activity.listings, res
         assert [f for f in honest.flags() if f.kind in kinds] == []
         mon = RolloutMonitor()
         mon.start(sb)
         # a walk of / that no command-line rule can recognise (only its directory listings show it)
-        walk = ("import os\nfor root, dirs, files in os.walk('/'):\n"
-                "    dirs[:] = [d for d in dirs if d not in ('proc', 'sys')] if root.count('/') < 3 else []\n")
+        walk = (
+            "import os\nfor root, dirs, files in os.walk('/'):\n"
+            "    dirs[:] = [d for d in dirs if d not in ('proc', 'sys')] if root.count('/') < 3 else []\n"
+        )
         sb.exec(["python3", "-c", walk], timeout=300)
         sb.exec("cat /etc/shadow", timeout=60)
         mon.stop(sb)
@@ -300,8 +323,10 @@ def test_podman_sees_nothing_of_the_host(canaries, podman_backend, tmp_path):
     sb = podman_backend.create(SandboxSpec(source_dir=_source(tmp_path)))
     try:
         _assert_contained(sb, canaries)
-        res = sb.exec('id -u; echo "$HOME"; touch /workspace/w "$HOME/h" && echo writable; hostname; '
-                      "touch /usr/x 2>/dev/null || echo image-read-only; cat /etc/resolv.conf 2>&1; cat /etc/hosts")
+        res = sb.exec(
+            'id -u; echo "$HOME"; touch /workspace/w "$HOME/h" && echo writable; hostname; '
+            "touch /usr/x 2>/dev/null || echo image-read-only; cat /etc/resolv.conf 2>&1; cat /etc/hosts"
+        )
         assert res.stdout.splitlines()[:4] == [str(SANDBOX_UID), SANDBOX_HOME, "writable", "sandbox"], res
         assert "image-read-only" in res.stdout and "nameserver" not in res.stdout, res
         assert (sb.workdir / "w").exists()
@@ -316,11 +341,30 @@ def test_podman_sees_nothing_of_the_host(canaries, podman_backend, tmp_path):
 def test_podman_image_holds_nothing_of_the_host(podman_backend):
     """The base image's files, exported: no host home, no checkout or suites, no host shadow."""
     image = podman_backend.base_layer().meta["image"]
-    listing = subprocess.run(["podman", "run", "--rm", "--network", "none", "--no-hosts", "--runtime", "runc",
-                              "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024", image, "sh", "-c",
-                              "cat /etc/passwd /etc/group /etc/hosts /etc/hostname; ls -A /root /home /opt /srv /mnt; "
-                              "ls /etc/shadow /etc/gshadow /etc/resolv.conf 2>&1"],
-                             capture_output=True, text=True, timeout=300)
+    listing = subprocess.run(
+        [
+            "podman",
+            "run",
+            "--rm",
+            "--network",
+            "none",
+            "--no-hosts",
+            "--runtime",
+            "runc",
+            "--ulimit",
+            "nofile=1024:1024",
+            "--ulimit",
+            "nproc=1024:1024",
+            image,
+            "sh",
+            "-c",
+            "cat /etc/passwd /etc/group /etc/hosts /etc/hostname; ls -A /root /home /opt /srv /mnt; "
+            "ls /etc/shadow /etc/gshadow /etc/resolv.conf 2>&1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     out = listing.stdout + listing.stderr
     assert "agent:x:1000:1000:" in out and "/root:" in out, out  # it ran (ls exits 2: the files are absent)
     assert not any(f"\n{u}:" in "\n" + out for u in _host_users()), (_host_users(), out)

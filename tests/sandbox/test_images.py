@@ -54,6 +54,7 @@ def _build_bytes(n: int):
     def build(d: Path):
         d.mkdir()
         (d / "blob").write_bytes(os.urandom(n))
+
     return build
 
 
@@ -141,6 +142,7 @@ def test_concurrent_builders_across_processes(tmp_path: Path):
         "ImageCache(Path(sys.argv[1])).get_or_build('env', 'k', {}, b)\n"
     )
     import sys
+
     procs = [subprocess.Popen([sys.executable, "-c", code, str(root), str(log)]) for _ in range(4)]
     assert [p.wait(timeout=60) for p in procs] == [0, 0, 0, 0]
     assert log.read_text() == "built\n"
@@ -167,9 +169,11 @@ def test_history_cut_to_base_commit(tmp_path: Path, cache: ImageCache):
     backend = BwrapBackend(root=tmp_path / "sandboxes", cache=cache)
     sb = backend.create(SandboxSpec(source_dir=repo, base_commit=base))
     try:
-        res = sb.exec("git log --all --oneline; echo ---; git remote -v; git tag; git reflog 2>&1; "
-                      "git stash list; git count-objects -v | grep -E '^(count|in-pack)'; "
-                      "git fsck --unreachable --no-reflogs 2>&1 | wc -l; grep -r 'THE FIX' . || echo no-fix")
+        res = sb.exec(
+            "git log --all --oneline; echo ---; git remote -v; git tag; git reflog 2>&1; "
+            "git stash list; git count-objects -v | grep -E '^(count|in-pack)'; "
+            "git fsck --unreachable --no-reflogs 2>&1 | wc -l; grep -r 'THE FIX' . || echo no-fix"
+        )
         assert res.exit_code == 0, res.stderr
         log, rest = res.stdout.split("---\n", 1)
         assert len(log.splitlines()) == 1 and "legorl base" in log
@@ -213,6 +217,7 @@ def test_prewarm_reports_tasks_without_source(cache: ImageCache):
     class T:
         instance_id = "x__y-1"
         source_dir = None
+
     handle = cache.prewarm([T()], backend=object())
     res = handle.wait(timeout=5)
     assert isinstance(res["x__y-1"], SandboxError)

@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from legorl.sandbox.base import SandboxSpec
-from legorl.sandbox.bwrap import BwrapBackend, legorl_home
+from legorl.sandbox.bwrap import BwrapBackend
 from legorl.sandbox.images import ImageCache
+from legorl.settings import legorl_home
 
 pytestmark = pytest.mark.sandbox
 
@@ -32,12 +33,7 @@ FORK_BOMB = (
     "print('forked', n)\n"
 )
 # Memory hog: 4 GiB in touched 64 MiB chunks.
-MEMORY_HOG = (
-    "chunks = []\n"
-    "for i in range(64):\n"
-    "    chunks.append(bytearray(64 << 20))\n"
-    "print('allocated 4 GiB')\n"
-)
+MEMORY_HOG = "chunks = []\nfor i in range(64):\n    chunks.append(bytearray(64 << 20))\nprint('allocated 4 GiB')\n"
 
 
 class _Echo(socketserver.BaseRequestHandler):
@@ -110,13 +106,20 @@ def test_cannot_read_other_sandboxes_caches_or_host_run_dir(home_backend, source
     b = home_backend.create(SandboxSpec(source_dir=source))
     try:
         a.write_file("secret.txt", "TOP-SECRET")
-        targets = [str(a.workdir / "secret.txt"), str(home_backend.root), str(home_backend.cache.root),
-                   str(legorl_home()), "/run"]
+        targets = [
+            str(a.workdir / "secret.txt"),
+            str(home_backend.root),
+            str(home_backend.cache.root),
+            str(legorl_home()),
+            "/run",
+        ]
         script = "; ".join(f"ls -A {t} 2>&1; cat {t}/* 2>&1" for t in targets)
         # and try to remove the masks (root keeps capabilities in bwrap unless dropped)
-        script += (f"; umount {home_backend.root} 2>&1; umount {legorl_home()} 2>&1; "
-                   f"cat {a.workdir}/secret.txt 2>&1; grep CapEff /proc/self/status; "
-                   "echo x > /sys/fs/cgroup/pids/cgroup.procs 2>&1; touch /usr/evil 2>&1")
+        script += (
+            f"; umount {home_backend.root} 2>&1; umount {legorl_home()} 2>&1; "
+            f"cat {a.workdir}/secret.txt 2>&1; grep CapEff /proc/self/status; "
+            "echo x > /sys/fs/cgroup/pids/cgroup.procs 2>&1; touch /usr/evil 2>&1"
+        )
         res = b.exec(script, timeout=60)
         assert "TOP-SECRET" not in res.stdout + res.stderr
         assert "CapEff:\t0000000000000000" in res.stdout

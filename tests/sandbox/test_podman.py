@@ -117,9 +117,11 @@ def test_no_network_but_gateway_forwarder(backend, source, tmp_path):
 def test_pids_and_memory_limits(backend, source):
     sb = backend.create(SandboxSpec(source_dir=source, max_pids=64, memory_mb=256))
     try:
-        bomb = ("import os, sys, time\nn = 0\ntry:\n    for _ in range(5000):\n        if os.fork() == 0:\n"
-                "            time.sleep(2); os._exit(0)\n        n += 1\nexcept OSError as e:\n"
-                "    print('forked', n); sys.exit(3)\n")
+        bomb = (
+            "import os, sys, time\nn = 0\ntry:\n    for _ in range(5000):\n        if os.fork() == 0:\n"
+            "            time.sleep(2); os._exit(0)\n        n += 1\nexcept OSError as e:\n"
+            "    print('forked', n); sys.exit(3)\n"
+        )
         res = sb.exec(["python3", "-c", bomb], timeout=60)
         assert res.exit_code == 3 and int(res.stdout.split()[1]) < 64, (res.stdout, res.stderr)
         try:  # while the bomb's children live, no exec can start: a typed error, not a hang

@@ -46,11 +46,24 @@ def test_reauthoring_a_shipped_task_reproduces_its_record(instance_id, tmp_path)
     buggy = tmp_path / "buggy"
     shutil.copytree(task.source_dir, buggy)
     if task.test_patch:
-        subprocess.run(["git", "apply", "-"], input=task.test_patch, text=True, cwd=buggy, check=True,
-                       env={"PATH": "/usr/bin:/bin", "GIT_CEILING_DIRECTORIES": str(tmp_path)})
-    record, visible = build_record((task_dir / shipped["base_dir"]).resolve(), buggy, task_dir,
-                                   instance_id=instance_id, tier=task.tier, statement=task.problem_statement,
-                                   repo=task.repo, hints=task.hints_text)
+        subprocess.run(
+            ["git", "apply", "-"],
+            input=task.test_patch,
+            text=True,
+            cwd=buggy,
+            check=True,
+            env={"PATH": "/usr/bin:/bin", "GIT_CEILING_DIRECTORIES": str(tmp_path)},
+        )
+    record, visible = build_record(
+        (task_dir / shipped["base_dir"]).resolve(),
+        buggy,
+        task_dir,
+        instance_id=instance_id,
+        tier=task.tier,
+        statement=task.problem_statement,
+        repo=task.repo,
+        hints=task.hints_text,
+    )
     assert record == shipped
     assert visible == read_tree(task.source_dir)
 
@@ -59,8 +72,9 @@ def test_author_writes_a_loadable_task(tmp_path, monkeypatch):
     monkeypatch.setenv("LEGORL_HOME", str(tmp_path / "home"))
     base = _project(tmp_path)
     out = tmp_path / "suite" / "mini__easy-1"
-    task_file = author_task(base, _buggy(base, tmp_path), out, instance_id="mini__easy-1", tier="easy",
-                            statement="  sub is backwards\n")
+    task_file = author_task(
+        base, _buggy(base, tmp_path), out, instance_id="mini__easy-1", tier="easy", statement="  sub is backwards\n"
+    )
     assert [p.name for p in out.iterdir()] == ["task.json"]
     record = json.loads(task_file.read_text())
     assert record["base_dir"] == "../../mini" and record["repo"] == "legorl/mini"
@@ -75,23 +89,30 @@ def test_author_writes_a_loadable_task(tmp_path, monkeypatch):
     assert (task.source_dir / "tests" / "test_arith.py").read_text() == TESTS  # hidden test hidden
 
     # the buggy edit as a diff file gives the same record
-    diff = subprocess.run(["git", "diff", "--no-index", "mini", "buggy"], cwd=tmp_path, capture_output=True,
-                          text=True).stdout.replace("a/mini/", "a/").replace("b/buggy/", "b/")
+    diff = (
+        subprocess.run(["git", "diff", "--no-index", "mini", "buggy"], cwd=tmp_path, capture_output=True, text=True)
+        .stdout.replace("a/mini/", "a/")
+        .replace("b/buggy/", "b/")
+    )
     assert "b/tests/test_arith.py" in diff and "b/mini/arith.py" in diff
     (tmp_path / "bug.diff").write_text(diff)
-    record2, _ = build_record(base, tmp_path / "bug.diff", out, instance_id="mini__easy-1", tier="easy",
-                              statement="sub is backwards")
+    record2, _ = build_record(
+        base, tmp_path / "bug.diff", out, instance_id="mini__easy-1", tier="easy", statement="sub is backwards"
+    )
     assert record2 == record
 
 
-@pytest.mark.parametrize("case, match", [
-    ("no_source_change", "changes no source file"),
-    ("breaks_nothing", "no test fails"),
-    ("fixed_fails", "the fixed tree fails tests"),
-    ("trivial_hidden", "no hidden tests"),
-    ("easy_visible_failure", "a visible test already fails"),
-    ("easy_no_hidden", "hide their failing tests"),
-])
+@pytest.mark.parametrize(
+    "case, match",
+    [
+        ("no_source_change", "changes no source file"),
+        ("breaks_nothing", "no test fails"),
+        ("fixed_fails", "the fixed tree fails tests"),
+        ("trivial_hidden", "no hidden tests"),
+        ("easy_visible_failure", "a visible test already fails"),
+        ("easy_no_hidden", "hide their failing tests"),
+    ],
+)
 def test_author_refuses_bad_tasks(case, match, tmp_path):
     base = _project(tmp_path)
     tier = "trivial" if case == "trivial_hidden" else "easy"
@@ -119,11 +140,37 @@ def test_cli_author_checks_the_task_in_the_sandbox(tmp_path, monkeypatch):
     buggy = _buggy(base, tmp_path)
     (tmp_path / "issue.md").write_text("sub(5, 3) gives -2\n")
     out = tmp_path / "suite" / "mini__easy-1"
-    res = CliRunner().invoke(app, ["tasks", "author", str(base), str(buggy), "--out", str(out), "--tier", "easy",
-                                   "--statement", str(tmp_path / "issue.md")])
+    res = CliRunner().invoke(
+        app,
+        [
+            "tasks",
+            "author",
+            str(base),
+            str(buggy),
+            "--out",
+            str(out),
+            "--tier",
+            "easy",
+            "--statement",
+            str(tmp_path / "issue.md"),
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert "FAIL_TO_PASS 1, PASS_TO_PASS 1" in res.output and "checked mini__easy-1" in res.output
     assert load_task_dir(out).problem_statement == "sub(5, 3) gives -2"
-    res = CliRunner().invoke(app, ["tasks", "author", str(base), str(buggy), "--out", str(out), "--tier", "hard",
-                                   "--statement", str(tmp_path / "issue.md")])
+    res = CliRunner().invoke(
+        app,
+        [
+            "tasks",
+            "author",
+            str(base),
+            str(buggy),
+            "--out",
+            str(out),
+            "--tier",
+            "hard",
+            "--statement",
+            str(tmp_path / "issue.md"),
+        ],
+    )
     assert res.exit_code == 2 and "--tier must be" in res.output

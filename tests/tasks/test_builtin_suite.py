@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from legorl.grading.grader import split_diff
+from legorl.diffs import split_diff
 from legorl.tasks.author import read_tree
 from legorl.tasks.loader import (
     BASES_DIR,
@@ -58,8 +58,14 @@ def test_one_base_per_project_and_the_gold_patch_restores_it(tmp_path):
         used.add(base.name)
         work = tmp_path / t.instance_id
         shutil.copytree(t.source_dir, work)
-        res = subprocess.run(["git", "apply", "-"], input=t.patch, text=True, cwd=work, capture_output=True,
-                             env={"PATH": "/usr/bin:/bin", "GIT_CEILING_DIRECTORIES": str(tmp_path)})
+        res = subprocess.run(
+            ["git", "apply", "-"],
+            input=t.patch,
+            text=True,
+            cwd=work,
+            capture_output=True,
+            env={"PATH": "/usr/bin:/bin", "GIT_CEILING_DIRECTORIES": str(tmp_path)},
+        )
         assert res.returncode == 0, res.stderr
         assert read_tree(work) == read_tree(base), t.instance_id
         assert read_tree(t.source_dir) != read_tree(base)

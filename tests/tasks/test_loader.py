@@ -39,8 +39,9 @@ def test_builtin_trivial_suite():
         assert len(changed) == 2, t.patch
         target = t.patch.split("\n", 1)[0].split(" b/")[-1]
         assert len((t.source_dir / target).read_text().splitlines()) < 40
-        res = subprocess.run(["git", "apply", "--check", "-"], input=t.patch, text=True, cwd=t.source_dir,
-                             capture_output=True)
+        res = subprocess.run(
+            ["git", "apply", "--check", "-"], input=t.patch, text=True, cwd=t.source_dir, capture_output=True
+        )
         assert res.returncode == 0, res.stderr
 
 
@@ -66,8 +67,14 @@ def test_suite_dir_and_task_dir(tmp_path):
 
 
 def test_jsonl_and_json(tmp_path):
-    rec = {"instance_id": "a__b-1", "repo": "a/b", "patch": "", "problem_statement": "p",
-           "FAIL_TO_PASS": '["t.py::test_x"]', "PASS_TO_PASS": "[]"}
+    rec = {
+        "instance_id": "a__b-1",
+        "repo": "a/b",
+        "patch": "",
+        "problem_statement": "p",
+        "FAIL_TO_PASS": '["t.py::test_x"]',
+        "PASS_TO_PASS": "[]",
+    }
     (tmp_path / "s.jsonl").write_text(json.dumps(rec) + "\n\n" + json.dumps({**rec, "instance_id": "a__b-2"}) + "\n")
     tasks = load_suite(tmp_path / "s.jsonl")
     assert [t.FAIL_TO_PASS for t in tasks] == [["t.py::test_x"]] * 2
@@ -109,15 +116,25 @@ def _base_task(tmp_path: Path, arith: str = "def add(a, b):\n    return a + b\n"
     (base / "mini").mkdir(parents=True)
     (base / "tests").mkdir()
     (base / "mini" / "arith.py").write_text(arith)
-    (base / "tests" / "test_arith.py").write_text("from mini.arith import add\n\n\ndef test_add():\n"
-                                                  "    assert add(2, 3) == 5\n")
+    (base / "tests" / "test_arith.py").write_text(
+        "from mini.arith import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n"
+    )
     fixed = read_tree(base)
     buggy = {**fixed, "mini/arith.py": (0o644, arith.replace("a + b", "a - b").encode())}
     task_dir = tmp_path / "suite" / "mini__t-1"
     task_dir.mkdir(parents=True)
-    (task_dir / "task.json").write_text(json.dumps({
-        "instance_id": "mini__t-1", "repo": "x/mini", "base_dir": "../../bases/mini", "problem_statement": "p",
-        "patch": git_diff(buggy, fixed), "FAIL_TO_PASS": ["tests/test_arith.py::test_add"]}))
+    (task_dir / "task.json").write_text(
+        json.dumps(
+            {
+                "instance_id": "mini__t-1",
+                "repo": "x/mini",
+                "base_dir": "../../bases/mini",
+                "problem_statement": "p",
+                "patch": git_diff(buggy, fixed),
+                "FAIL_TO_PASS": ["tests/test_arith.py::test_add"],
+            }
+        )
+    )
     return base, task_dir
 
 
@@ -133,8 +150,9 @@ def test_base_dir_task_is_the_base_with_the_patch_reversed(tmp_path, monkeypatch
     assert src.parent == tmp_path / "home" / "tasks" / "sources" and src.name.startswith("mini__t-1-")
     assert (src / "mini" / "arith.py").read_text() == "def add(a, b):\n    return a - b\n"
     assert (src / "tests" / "test_arith.py").read_bytes() == (base / "tests" / "test_arith.py").read_bytes()
-    assert sorted(p.relative_to(src).as_posix() for p in src.rglob("*")) == \
-        sorted(p.relative_to(base).as_posix() for p in base.rglob("*"))
+    assert sorted(p.relative_to(src).as_posix() for p in src.rglob("*")) == sorted(
+        p.relative_to(base).as_posix() for p in base.rglob("*")
+    )
     mtime = (src / "mini" / "arith.py").stat().st_mtime_ns
     assert load_task_dir(task_dir).source_dir == src and (src / "mini" / "arith.py").stat().st_mtime_ns == mtime
     keys = {InstanceRecipe(src).key("env")}
@@ -169,5 +187,6 @@ def test_base_dir_errors_name_the_task(tmp_path, monkeypatch):
     (task_dir / "task.json").write_text(json.dumps(record))
     with pytest.raises(TaskError, match=r"mini__t-1.*base_dir.*excludes"):
         load_task_dir(task_dir)
-    assert not (tmp_path / "home" / "tasks" / "sources").is_dir() or \
-        not list((tmp_path / "home" / "tasks" / "sources").iterdir())
+    assert not (tmp_path / "home" / "tasks" / "sources").is_dir() or not list(
+        (tmp_path / "home" / "tasks" / "sources").iterdir()
+    )

@@ -54,8 +54,14 @@ def test_find_mutations_kinds_and_minimal_edits(tmp_path):
     assert source_files(tmp_path) == ["pkg/m.py"]  # tests are never mutated
     muts = find_mutations(tmp_path, "pkg/m.py")
     kinds = {m.kind for m in muts}
-    assert {"flip_comparison", "swap_plus_minus", "off_by_one", "swap_and_or", "negate_if",
-            "drop_return_value"} <= kinds
+    assert {
+        "flip_comparison",
+        "swap_plus_minus",
+        "off_by_one",
+        "swap_and_or",
+        "negate_if",
+        "drop_return_value",
+    } <= kinds
     assert len({m.key for m in muts}) == len(muts)
     for m in muts:
         ast.parse(m.mutated)
@@ -115,8 +121,13 @@ def test_synthesize_from_fixed_calc_and_check(fixed_calc, tmp_path):
         assert not (t.source_dir / ".git").exists()
         assert t.FAIL_TO_PASS and t.test_patch == ""
         assert set(t.FAIL_TO_PASS) | set(t.PASS_TO_PASS) == {
-            "tests/test_arith.py::test_add", "tests/test_arith.py::test_subtract", "tests/test_arith.py::test_multiply",
-            "tests/test_stats.py::test_total", "tests/test_stats.py::test_mean", "tests/test_stats.py::test_mean_empty"}
+            "tests/test_arith.py::test_add",
+            "tests/test_arith.py::test_subtract",
+            "tests/test_arith.py::test_multiply",
+            "tests/test_stats.py::test_total",
+            "tests/test_stats.py::test_mean",
+            "tests/test_stats.py::test_mean_empty",
+        }
         assert t.FAIL_TO_PASS[0] in t.problem_statement
         fix_line = next(l[1:] for l in t.patch.splitlines() if l.startswith("+") and not l.startswith("+++"))
         assert fix_line.strip() not in t.problem_statement  # the statement does not reveal the fix

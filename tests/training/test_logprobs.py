@@ -16,8 +16,13 @@ from legorl.training.logprobs import (
 def model():
     torch.manual_seed(0)
     cfg = LlamaConfig(
-        vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+        vocab_size=97,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
     )
     return LlamaForCausalLM(cfg).eval()
 

@@ -40,9 +40,18 @@ class Sim:
         i = len(self.turns)
         self.state.commit(a, msgs, tools, parsed.message(), output_ids, self.r.bridge_text(output_ids), i)
         t = Turn(
-            session_id="s", thread_id="main", turn_index=i, dialect="test", prompt_token_ids=a.prompt_token_ids,
-            output_token_ids=output_ids, output_logprobs=[-0.5] * len(output_ids), sampling={}, weight_version=0,
-            finish_reason="stop", alignment=a.event(i), reused_prefix_len=a.reused_prefix_len,
+            session_id="s",
+            thread_id="main",
+            turn_index=i,
+            dialect="test",
+            prompt_token_ids=a.prompt_token_ids,
+            output_token_ids=output_ids,
+            output_logprobs=[-0.5] * len(output_ids),
+            sampling={},
+            weight_version=0,
+            finish_reason="stop",
+            alignment=a.event(i),
+            reused_prefix_len=a.reused_prefix_len,
         )
         self.turns.append(t)
         reply = {"role": "assistant", "content": parsed.content}
@@ -74,7 +83,10 @@ def test_start_extend_extend_reuses_tokens_verbatim(r):
     assert t2.prompt_token_ids[: len(t1.prompt_token_ids) + len(out1)] == t1.prompt_token_ids + out1
     assert t2.reused_prefix_len == len(t1.prompt_token_ids) + len(out1)
     # the rest is exactly the rendering of the new messages
-    assert r.decode(t2.prompt_token_ids[t2.reused_prefix_len :]) == "\n<|im_start|>user\nagain<|im_end|>\n<|im_start|>assistant\n"
+    assert (
+        r.decode(t2.prompt_token_ids[t2.reused_prefix_len :])
+        == "\n<|im_start|>user\nagain<|im_end|>\n<|im_start|>assistant\n"
+    )
     assert r.decode(t3.prompt_token_ids[t3.reused_prefix_len :]).startswith("\n<|im_start|>user\nbye")
     # text of the whole prompt equals the rendering of the conversation
     assert r.decode(t3.prompt_token_ids) == r.render_text(normalize_messages(msgs), add_generation_prompt=True)
@@ -112,7 +124,14 @@ def test_client_trims_and_respells_tool_json_realigns(r):
 @pytest.mark.parametrize(
     "mutate,why",
     [
-        (lambda m: [{"role": "user", "content": "summary of earlier work"}, {"role": "assistant", "content": "ok"}, *m[-1:]], "message 0 (user) differs in content"),
+        (
+            lambda m: [
+                {"role": "user", "content": "summary of earlier work"},
+                {"role": "assistant", "content": "ok"},
+                *m[-1:],
+            ],
+            "message 0 (user) differs in content",
+        ),
         (lambda m: [m[0], {"role": "assistant", "content": "something else"}, m[2]], "differs in content"),
         (lambda m: m[:1], "messages"),
     ],
@@ -134,7 +153,11 @@ def test_tools_change_forks(r):
     sim = Sim(r)
     msgs = [{"role": "user", "content": "hi"}]
     _, rep = sim.call(msgs, enc(r, "yo") + [IM_END])
-    t2, _ = sim.call(msgs + [rep, {"role": "user", "content": "x"}], [IM_END], tools=[{"type": "function", "function": {"name": "f", "parameters": {}}}])
+    t2, _ = sim.call(
+        msgs + [rep, {"role": "user", "content": "x"}],
+        [IM_END],
+        tools=[{"type": "function", "function": {"name": "f", "parameters": {}}}],
+    )
     assert t2.alignment.kind == "fork" and "tools changed" in t2.alignment.reason
 
 
@@ -143,7 +166,10 @@ def test_side_request_does_not_break_main_chain(r):
     sim = Sim(r)
     msgs = [{"role": "user", "content": "fix bug"}]
     _, rep = sim.call(msgs, enc(r, "looking") + [IM_END])
-    side, _ = sim.call([{"role": "system", "content": "Write a title"}, {"role": "user", "content": "title for: fix bug"}], enc(r, "Bug fix") + [IM_END])
+    side, _ = sim.call(
+        [{"role": "system", "content": "Write a title"}, {"role": "user", "content": "title for: fix bug"}],
+        enc(r, "Bug fix") + [IM_END],
+    )
     t3, _ = sim.call(msgs + [rep, {"role": "user", "content": "ok"}], enc(r, "done") + [IM_END])
     assert (side.alignment.kind, side.alignment.segment_index) == ("fork", 1)
     assert side.alignment.segment_kind == "side"
@@ -179,7 +205,10 @@ def _first_turn(r, sampled_text, tools=TOOLS):
 
 
 def _tool_results(rep):
-    return [{"role": "tool", "tool_call_id": c["id"], "content": f"ok {i}"} for i, c in enumerate(rep.get("tool_calls") or [])]
+    return [
+        {"role": "tool", "tool_call_id": c["id"], "content": f"ok {i}"}
+        for i, c in enumerate(rep.get("tool_calls") or [])
+    ]
 
 
 def test_realign_reordered_keys(r):
@@ -220,16 +249,23 @@ def test_claude_style_parsed_input_and_text_whitespace(r):
     sampled = "Let me look.\n\n" + tc_text("edit", '{"path": "a.py", "text": "y"}')
     sim, msgs, t1, out, rep = _first_turn(r, sampled)
     # Claude Code: text block + tool_use with the parsed input (dict, keys re-ordered)
-    claude = {"role": "assistant", "content": "Let me look.",
-              "tool_calls": [{"id": "toolu_1", "name": "edit", "arguments": {"text": "y", "path": "a.py"}}]}
-    t2, _ = sim.call(msgs + [claude, {"role": "tool", "tool_call_id": "toolu_1", "content": "done"}], enc(r, "ok") + [IM_END], TOOLS)
+    claude = {
+        "role": "assistant",
+        "content": "Let me look.",
+        "tool_calls": [{"id": "toolu_1", "name": "edit", "arguments": {"text": "y", "path": "a.py"}}],
+    }
+    t2, _ = sim.call(
+        msgs + [claude, {"role": "tool", "tool_call_id": "toolu_1", "content": "done"}], enc(r, "ok") + [IM_END], TOOLS
+    )
     assert t2.alignment.kind == "realign" and "key order" in t2.alignment.reason
     assert t2.prompt_token_ids[: t2.reused_prefix_len] == t1.prompt_token_ids + out
     # the blocks exactly as the Anthropic dialect returned them (text stripped, input in the
     # returned key order): an echo -> extend, although the sampled text had "\n\n" and a layout
     sim2, msgs2, t1b, out2, rep2 = _first_turn(r, sampled)
     claude["tool_calls"][0]["arguments"] = {"path": "a.py", "text": "y"}
-    t2b, _ = sim2.call(msgs2 + [claude, {"role": "tool", "tool_call_id": "toolu_1", "content": "done"}], enc(r, "ok") + [IM_END], TOOLS)
+    t2b, _ = sim2.call(
+        msgs2 + [claude, {"role": "tool", "tool_call_id": "toolu_1", "content": "done"}], enc(r, "ok") + [IM_END], TOOLS
+    )
     assert t2b.alignment.kind == "extend"
     assert t2b.prompt_token_ids[: t2b.reused_prefix_len] == t1b.prompt_token_ids + out2
     # an OpenAI harness that re-indents the arguments string (same keys, same order) and one that
@@ -306,7 +342,12 @@ def test_fork_kinds_and_reasons(r, change, kind, why):
 
 _word = st.text(alphabet="abcdefgh", min_size=1, max_size=5)
 _text = st.lists(_word, min_size=1, max_size=3).map(" ".join)
-_args = st.dictionaries(st.sampled_from(["cmd", "path", "n", "flag"]), st.one_of(_word, st.integers(0, 99), st.booleans()), min_size=1, max_size=3)
+_args = st.dictionaries(
+    st.sampled_from(["cmd", "path", "n", "flag"]),
+    st.one_of(_word, st.integers(0, 99), st.booleans()),
+    min_size=1,
+    max_size=3,
+)
 _spell = st.sampled_from(["spaced", "compact", "reversed"])
 
 
@@ -335,7 +376,13 @@ def _reserialize(msgs: list[dict], how: str) -> list[dict]:
             m = dict(m)
             if m.get("tool_calls"):
                 m["tool_calls"] = [
-                    {**c, "function": {**c["function"], "arguments": _spelled(json.loads(c["function"]["arguments"]), how)}}
+                    {
+                        **c,
+                        "function": {
+                            **c["function"],
+                            "arguments": _spelled(json.loads(c["function"]["arguments"]), how),
+                        },
+                    }
                     for c in m["tool_calls"]
                 ]
                 if how == "reversed" and len(m["tool_calls"]) > 1:
@@ -346,7 +393,9 @@ def _reserialize(msgs: list[dict], how: str) -> list[dict]:
     return out
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 @given(first=_text, steps=st.lists(st.tuples(_op, _text, _output, _spell), min_size=1, max_size=7))
 def test_property_extend_realign_fork_keep_every_sampled_token(r, first, steps):
     sim = Sim(r)

@@ -10,9 +10,17 @@ from legorl.trajectory.records import AlignmentEvent, Turn
 
 def turn(i, prompt, out, kind, seg=0, thread="main", failed=False, session="s"):
     return Turn(
-        session_id=session, thread_id=thread, turn_index=i, dialect="test", prompt_token_ids=prompt,
-        output_token_ids=out, output_logprobs=[-0.1 * (k + 1) for k in range(len(out))], sampling={},
-        weight_version=0, finish_reason="stop", alignment=AlignmentEvent(turn_index=i, kind=kind, segment_index=seg),
+        session_id=session,
+        thread_id=thread,
+        turn_index=i,
+        dialect="test",
+        prompt_token_ids=prompt,
+        output_token_ids=out,
+        output_logprobs=[-0.1 * (k + 1) for k in range(len(out))],
+        sampling={},
+        weight_version=0,
+        finish_reason="stop",
+        alignment=AlignmentEvent(turn_index=i, kind=kind, segment_index=seg),
         failed=failed,
     )
 

@@ -22,10 +22,20 @@ def turn(i, session="s", thread="main", kind=None, prompt=None, out=None, seg=0)
     prompt = prompt if prompt is not None else [1, 2, 3]
     out = out if out is not None else [10 + i, 11 + i]
     return Turn(
-        session_id=session, thread_id=thread, turn_index=i, dialect="openai.chat", prompt_token_ids=prompt,
-        output_token_ids=out, output_logprobs=[-0.25 * (k + 1) for k in range(len(out))], sampling={"temperature": 1.0},
-        weight_version=2, finish_reason="stop", alignment=AlignmentEvent(turn_index=i, kind=kind or ("start" if i == 0 else "extend"), segment_index=seg),
-        request={"messages": [{"role": "user", "content": "héllo"}]}, response={"id": f"x{i}"}, timings={"total_s": 0.01},
+        session_id=session,
+        thread_id=thread,
+        turn_index=i,
+        dialect="openai.chat",
+        prompt_token_ids=prompt,
+        output_token_ids=out,
+        output_logprobs=[-0.25 * (k + 1) for k in range(len(out))],
+        sampling={"temperature": 1.0},
+        weight_version=2,
+        finish_reason="stop",
+        alignment=AlignmentEvent(turn_index=i, kind=kind or ("start" if i == 0 else "extend"), segment_index=seg),
+        request={"messages": [{"role": "user", "content": "héllo"}]},
+        response={"id": f"x{i}"},
+        timings={"total_s": 0.01},
     )
 
 
@@ -45,8 +55,15 @@ def test_round_trip_and_compaction(tmp_path):
         st.append_turn(t)
     assert list(st.iter_turns("s")) == ts
     assert st.get_turn("s", 1) == ts[1] and st.get_turn("s", 9) is None
-    r = Rollout(rollout_id="s", session_id="s", task_id="t", harness="h", sandbox="bwrap", reward=1.0,
-                samples=build_samples(ts, "s"))
+    r = Rollout(
+        rollout_id="s",
+        session_id="s",
+        task_id="t",
+        harness="h",
+        sandbox="bwrap",
+        reward=1.0,
+        samples=build_samples(ts, "s"),
+    )
     st.append_rollout(r)
     assert st.compact() == {"turns": 3, "samples": 1}
     assert list((tmp_path / "tokens").glob("*.parquet"))
@@ -70,12 +87,12 @@ def test_samples_built_from_turns_when_rollout_has_none(tmp_path):
 
 def test_durable_across_reopen_and_sigkill(tmp_path):
     code = (
-        "import sys, time; sys.path.insert(0, %r)\n"
+        f"import sys, time; sys.path.insert(0, {os.path.dirname(__file__)!r})\n"
         "from test_store import turn\nfrom legorl.trajectory.store import RunStore\n"
-        "st = RunStore(%r)\n"
+        f"st = RunStore({str(tmp_path)!r})\n"
         "for i in range(5): st.append_turn(turn(i))\n"
         "print('written', flush=True); time.sleep(60)\n"
-    ) % (os.path.dirname(__file__), str(tmp_path))
+    )
     p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
         assert p.stdout.readline().strip() == "written"
@@ -131,8 +148,17 @@ def test_export(tmp_path, fmt):
         st.append_turn(t)
     for t in chain("b", 2):
         st.append_turn(t)
-    st.append_rollout(Rollout(rollout_id="a", session_id="a", task_id="t", harness="h", sandbox="x", reward=1.0,
-                              samples=build_samples(chain("a"), "a")))
+    st.append_rollout(
+        Rollout(
+            rollout_id="a",
+            session_id="a",
+            task_id="t",
+            harness="h",
+            sandbox="x",
+            reward=1.0,
+            samples=build_samples(chain("a"), "a"),
+        )
+    )
     st.close()
     res = export_run(tmp_path / "run", tmp_path / "out", format=fmt)
     assert (res["num_samples"], res["num_turns"]) == (2, 5)

@@ -30,7 +30,7 @@ import tempfile
 import time
 from typing import Any
 
-from legorl.engines.base import EngineHealth, GenerationResult, SamplingParams
+from legorl.engines.base import EngineHealth, FinishReason, GenerationResult, SamplingParams
 
 __all__ = ["ZeroCostEngine", "run_gateway_bench"]
 
@@ -38,7 +38,14 @@ __all__ = ["ZeroCostEngine", "run_gateway_bench"]
 class ZeroCostEngine:
     """Engine protocol implementation that returns fixed token ids instantly (tests, benchmarks)."""
 
-    def __init__(self, token_ids: list[int], *, stop_token_id: int | None = None, max_context: int = 1 << 20, model_name: str = "zero"):
+    def __init__(
+        self,
+        token_ids: list[int],
+        *,
+        stop_token_id: int | None = None,
+        max_context: int = 1 << 20,
+        model_name: str = "zero",
+    ):
         self.token_ids = list(token_ids)
         self.stop_token_id = stop_token_id
         self.model_name = model_name
@@ -52,7 +59,7 @@ class ZeroCostEngine:
     async def generate(self, prompt_token_ids: list[int], sampling: SamplingParams) -> GenerationResult:
         self.calls += 1
         ids = self.token_ids[: sampling.max_tokens]
-        finish = "length" if len(ids) < len(self.token_ids) else "stop"
+        finish: FinishReason = "length" if len(ids) < len(self.token_ids) else "stop"
         if finish == "stop" and self.stop_token_id is not None and len(ids) < sampling.max_tokens:
             ids = ids + [self.stop_token_id]
         return GenerationResult(ids, [-0.5] * len(ids), finish, 0, len(prompt_token_ids))
@@ -107,8 +114,17 @@ def _pct(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else float("nan")
 
 
-async def _client_run(base: str, token: str, n: int, conv_len: int, tag: str, lat: list[float], stream: bool = False,
-                      gaps: list[float] | None = None, ttfc: list[float] | None = None) -> None:
+async def _client_run(
+    base: str,
+    token: str,
+    n: int,
+    conv_len: int,
+    tag: str,
+    lat: list[float],
+    stream: bool = False,
+    gaps: list[float] | None = None,
+    ttfc: list[float] | None = None,
+) -> None:
     import httpx
 
     async with httpx.AsyncClient(base_url=base, headers={"Authorization": f"Bearer {token}"}, timeout=60) as c:
@@ -117,7 +133,10 @@ async def _client_run(base: str, token: str, n: int, conv_len: int, tag: str, la
         for i in range(n):
             if i % conv_len == 0:
                 conv += 1
-                msgs = [{"role": "system", "content": "You are a coding agent."}, {"role": "user", "content": f"task {tag} {conv}"}]
+                msgs = [
+                    {"role": "system", "content": "You are a coding agent."},
+                    {"role": "user", "content": f"task {tag} {conv}"},
+                ]
             body = {"model": "zero", "messages": msgs, "max_tokens": 64}
             headers = {"x-legorl-thread": f"{tag}-{conv}"}
             t0 = time.perf_counter()
@@ -166,7 +185,9 @@ async def _bench_async(base: str, requests: int, concurrency: int, conv_len: int
     per = max(1, requests // concurrency)
     latn: list[float] = []
     t0 = time.perf_counter()
-    await asyncio.gather(*[_client_run(base, f"tok-{k + 1}", per, conv_len, f"cN{k}", latn) for k in range(concurrency)])
+    await asyncio.gather(
+        *[_client_run(base, f"tok-{k + 1}", per, conv_len, f"cN{k}", latn) for k in range(concurrency)]
+    )
     out["rps_n_clients"] = per * concurrency / (time.perf_counter() - t0)
     out["latN"] = latn
     # streaming, if served
@@ -194,21 +215,43 @@ def _store_bench(n: int = 300) -> dict[str, Any]:
             st = RunStore(d, fsync=fsync)
             ds = []
             for i in range(n):
-                t = Turn(session_id="s", thread_id="main", turn_index=i, dialect="openai.chat",
-                         prompt_token_ids=list(range(2000)), output_token_ids=list(range(64)), output_logprobs=[-0.5] * 64,
-                         sampling={}, weight_version=0, finish_reason="stop", alignment=AlignmentEvent(turn_index=i, kind="extend"),
-                         request={"messages": [{"role": "user", "content": "x" * 4000}]}, response={"c": "y" * 300})
+                t = Turn(
+                    session_id="s",
+                    thread_id="main",
+                    turn_index=i,
+                    dialect="openai.chat",
+                    prompt_token_ids=list(range(2000)),
+                    output_token_ids=list(range(64)),
+                    output_logprobs=[-0.5] * 64,
+                    sampling={},
+                    weight_version=0,
+                    finish_reason="stop",
+                    alignment=AlignmentEvent(turn_index=i, kind="extend"),
+                    request={"messages": [{"role": "user", "content": "x" * 4000}]},
+                    response={"c": "y" * 300},
+                )
                 t0 = time.perf_counter()
                 st.append_turn(t)
                 ds.append(time.perf_counter() - t0)
             st.close(compact=False)
-        res["fsync" if fsync else "no_fsync"] = {"p50": round(_pct(ds, 0.5) * 1e3, 3), "p99": round(_pct(ds, 0.99) * 1e3, 3)}
+        res["fsync" if fsync else "no_fsync"] = {
+            "p50": round(_pct(ds, 0.5) * 1e3, 3),
+            "p99": round(_pct(ds, 0.99) * 1e3, 3),
+        }
     return res
 
 
-def run_gateway_bench(output_tokens: int = 16, requests: int = 400, concurrency: int = 32, conv_len: int = 8,
-                      fsync: bool = False, pin: bool = True) -> dict[str, Any]:
-    """Measure the gateway's added latency and throughput (see the module doc)."""
+def run_gateway_bench(
+    output_tokens: int = 16,
+    requests: int = 400,
+    concurrency: int = 32,
+    conv_len: int = 8,
+    fsync: bool = False,
+    pin: bool = True,
+    store_turns: int = 300,
+) -> dict[str, Any]:
+    """Measure the gateway's added latency and throughput (see the module doc); ``store_turns``: turns
+    appended for the ``store_append_turn_ms`` figure (with and without fsync)."""
     from legorl.gateway.renderer import load_smollm2_gguf_tokenizer
 
     tok = load_smollm2_gguf_tokenizer()
@@ -229,11 +272,24 @@ def run_gateway_bench(output_tokens: int = 16, requests: int = 400, concurrency:
     client_cores = set(cores[:-1]) if pin and len(cores) > 1 else None
     port = _free_port()
     run_dir = tempfile.mkdtemp(prefix="legorl-gwbench-")
-    cfg = {"core": server_core, "output_tokens": output_tokens, "run_dir": run_dir, "fsync": fsync,
-           "sessions": concurrency + 1, "port": port}
-    env = dict(os.environ, PYTHONUNBUFFERED="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
-    proc = subprocess.Popen([sys.executable, "-c", _SERVER, json.dumps(cfg)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=env)
+    cfg = {
+        "core": server_core,
+        "output_tokens": output_tokens,
+        "run_dir": run_dir,
+        "fsync": fsync,
+        "sessions": concurrency + 1,
+        "port": port,
+    }
+    env = dict(
+        os.environ, PYTHONUNBUFFERED="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _SERVER, json.dumps(cfg)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     old_aff = os.sched_getaffinity(0)
     try:
         line = proc.stdout.readline()  # type: ignore[union-attr]
@@ -252,31 +308,42 @@ def run_gateway_bench(output_tokens: int = 16, requests: int = 400, concurrency:
     eng_us = _pct(engine_ds, 0.5) * 1e6
     lat1 = raw["lat1"]
     result: dict[str, Any] = {
-        "setup": {"server": "separate process, uvicorn, 127.0.0.1" + (f", pinned to core {server_core}" if pin else ""),
-                  "client": "httpx.AsyncClient" + (f" on cores {sorted(client_cores)}" if client_cores else ", same cores"),
-                  "cpu_count": os.cpu_count(), "output_tokens": output_tokens, "requests": requests,
-                  "conversation_turns": conv_len, "store_fsync": fsync},
+        "setup": {
+            "server": "separate process, uvicorn, 127.0.0.1" + (f", pinned to core {server_core}" if pin else ""),
+            "client": "httpx.AsyncClient" + (f" on cores {sorted(client_cores)}" if client_cores else ", same cores"),
+            "cpu_count": os.cpu_count(),
+            "output_tokens": output_tokens,
+            "requests": requests,
+            "conversation_turns": conv_len,
+            "store_fsync": fsync,
+        },
         "engine_in_process_us": round(eng_us, 2),
         "nonstream": {
-            "latency_ms_p50": round(_pct(lat1, 0.5) * 1e3, 3), "latency_ms_p99": round(_pct(lat1, 0.99) * 1e3, 3),
+            "latency_ms_p50": round(_pct(lat1, 0.5) * 1e3, 3),
+            "latency_ms_p99": round(_pct(lat1, 0.99) * 1e3, 3),
             "added_ms_p50": round(_pct(lat1, 0.5) * 1e3 - eng_us / 1e3, 3),
             "added_ms_p99": round(_pct(lat1, 0.99) * 1e3 - eng_us / 1e3, 3),
             f"latency_ms_p50_at_{concurrency}": round(_pct(raw["latN"], 0.5) * 1e3, 3),
             f"latency_ms_p99_at_{concurrency}": round(_pct(raw["latN"], 0.99) * 1e3, 3),
         },
-        "throughput": {"rps_1_client": round(raw["rps_1_client"], 1), f"rps_{concurrency}_clients": round(raw["rps_n_clients"], 1)},
+        "throughput": {
+            "rps_1_client": round(raw["rps_1_client"], 1),
+            f"rps_{concurrency}_clients": round(raw["rps_n_clients"], 1),
+        },
     }
     st = raw["stream"]
     if st.get("supported"):
         chunks = max(1, round(len(st["gaps"]) / max(1, len(st["lat"]))) + 1)
         result["stream"] = {
-            "supported": True, "chunks_per_response": chunks,
+            "supported": True,
+            "chunks_per_response": chunks,
             "ttfc_ms_p50": round(_pct(st["ttfc"], 0.5) * 1e3, 3),
-            "chunk_gap_ms_p50": round(_pct(st["gaps"], 0.5) * 1e3, 4), "chunk_gap_ms_p99": round(_pct(st["gaps"], 0.99) * 1e3, 4),
+            "chunk_gap_ms_p50": round(_pct(st["gaps"], 0.5) * 1e3, 4),
+            "chunk_gap_ms_p99": round(_pct(st["gaps"], 0.99) * 1e3, 4),
             "total_ms_p50": round(_pct(st["lat"], 0.5) * 1e3, 3),
             "added_ms_per_chunk": round((_pct(st["lat"], 0.5) - _pct(lat1, 0.5)) * 1e3 / chunks, 4),
         }
     else:
         result["stream"] = st
-    result["store_append_turn_ms"] = _store_bench()
+    result["store_append_turn_ms"] = _store_bench(store_turns)
     return result

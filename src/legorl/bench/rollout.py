@@ -37,9 +37,13 @@ def _rollout(cfg_overrides: dict, task: str, backend: SandboxBackend, run_dir: P
     r = single.rollout
     store_turns = sorted(t.started_at for t in _turns(run_dir))
     first = (store_turns[0] - r.started_at) if store_turns else None
-    return {"status": r.status, "reward": r.reward, "total_s": round(total, 3),
-            "first_call_s": round(first, 3) if first is not None else None,
-            "turns": sum(len(s.turn_indices) for s in r.samples)}
+    return {
+        "status": r.status,
+        "reward": r.reward,
+        "total_s": round(total, 3),
+        "first_call_s": round(first, 3) if first is not None else None,
+        "turns": sum(len(s.turn_indices) for s in r.samples),
+    }
 
 
 def _turns(run_dir: Path) -> list:
@@ -48,11 +52,20 @@ def _turns(run_dir: Path) -> list:
     return list(open_run(run_dir).iter_turns())
 
 
-def run_rollout_bench(harness: str = "minimal", task: str = TASK, cold: bool = True, rollouts: int = 2,
-                      options: dict | None = None, sandbox: str = "bwrap") -> dict[str, Any]:
+def run_rollout_bench(
+    harness: str = "minimal",
+    task: str = TASK,
+    cold: bool = True,
+    rollouts: int = 2,
+    options: dict | None = None,
+    sandbox: str = "bwrap",
+) -> dict[str, Any]:
     """``sandbox``: the backend type (``RunConfig.sandbox.type``) the rollouts run in."""
-    overrides: dict[str, Any] = {"rollout.harness": harness, "rollout.harness_options": options or {},
-                                 "sandbox.type": sandbox}
+    overrides: dict[str, Any] = {
+        "rollout.harness": harness,
+        "rollout.harness_options": options or {},
+        "sandbox.type": sandbox,
+    }
     install = build_harness(RunConfig.load(None, **overrides).rollout).install  # validates it all first
     work = Path(tempfile.mkdtemp(prefix="legorl-bench-rollout-"))
     try:
@@ -68,7 +81,10 @@ def run_rollout_bench(harness: str = "minimal", task: str = TASK, cold: bool = T
         runs = [_rollout(overrides, task, backend, work / f"run{i}") for i in range(rollouts)]
         first = runs[0]["first_call_s"] or 0.0
         out = {
-            "harness": harness, "task": task, "sandbox": sandbox, "install": {"kind": install.kind, "packages": list(install.packages)},
+            "harness": harness,
+            "task": task,
+            "sandbox": sandbox,
+            "install": {"kind": install.kind, "packages": list(install.packages)},
             "layer_bytes": layer.size_bytes if layer is not None else 0,
             "cold_layer_build_s": round(build_s, 3) if cold else None,
             "warm_layer_lookup_s": round(lookup_s, 4),

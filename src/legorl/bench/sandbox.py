@@ -39,8 +39,9 @@ def _ms(x: float) -> float:
     return round(x * 1000, 1)
 
 
-def run_sandbox_bench(backend: str = "bwrap", n: int = 50, concurrency: int = 16,
-                      workdir: Path | None = None, include_podman: bool = True) -> dict[str, Any]:
+def run_sandbox_bench(
+    backend: str = "bwrap", n: int = 50, concurrency: int = 16, workdir: Path | None = None, include_podman: bool = True
+) -> dict[str, Any]:
     """Returns ``{"bwrap": {...}, "podman": {...} | {"skipped": why}}`` (``backend`` first).
 
     Per backend: ``hit_latency_ms`` (bwrap: with its per-sandbox pids/memory cgroup when available;
@@ -51,7 +52,9 @@ def run_sandbox_bench(backend: str = "bwrap", n: int = 50, concurrency: int = 16
     from legorl.config import BwrapSandboxConfig, PodmanSandboxConfig
     from legorl.loop.stack import sandbox_backend
     from legorl.sandbox.base import SandboxSpec
+    from legorl.sandbox.bwrap import BwrapBackend
     from legorl.sandbox.images import ImageCache, InstanceRecipe, default_cache
+    from legorl.sandbox.podman import PodmanBackend
 
     tmp = Path(tempfile.mkdtemp(prefix="legorl-bench-", dir=workdir))
     out: dict[str, Any] = {}
@@ -66,18 +69,26 @@ def run_sandbox_bench(backend: str = "bwrap", n: int = 50, concurrency: int = 16
                 continue
             cache = ImageCache(tmp / f"images-{name}")
             root = tmp / f"sandboxes-{name}"
+            # model_validate: the config models' positional Field defaults are invisible to mypy without
+            # the pydantic plugin, so keyword construction would be flagged as missing every defaulted field
+            be: BwrapBackend | PodmanBackend
             if name == "bwrap":
-                be = sandbox_backend(BwrapSandboxConfig(root=root), cache=cache)
+                bbe = sandbox_backend(BwrapSandboxConfig.model_validate({"root": root}), cache=cache)
+                assert isinstance(bbe, BwrapBackend)
+                be = bbe
                 runs, conc = n, concurrency
             else:
-                box = PodmanSandboxConfig(root=root, executable=name)
+                box = PodmanSandboxConfig.model_validate({"root": root, "executable": name})
                 # the base image lives in the shared cache (built once, minutes); instances are local
                 pbe = sandbox_backend(box, cache=default_cache())
+                assert isinstance(pbe, PodmanBackend)
                 t0 = time.perf_counter()
                 pbe.base_layer()
                 base_s = time.perf_counter() - t0
-                be = sandbox_backend(box, cache=cache)
-                be.base_layer()
+                podman_be = sandbox_backend(box, cache=cache)
+                assert isinstance(podman_be, PodmanBackend)
+                podman_be.base_layer()
+                be = podman_be
                 runs, conc = max(5, min(n, 20)), max(2, min(concurrency, 8))
             src = _make_repo(tmp / f"src-{name}")
             spec = SandboxSpec(source_dir=src)
@@ -88,7 +99,10 @@ def run_sandbox_bench(backend: str = "bwrap", n: int = 50, concurrency: int = 16
             be.prepare_layers(InstanceRecipe(cold_src))
             cold = time.perf_counter() - t0
 
-            def once() -> tuple[float, float, float, float]:
+            # called only within this iteration (serial runs, the pool, the rlimits-only pass): bind its values
+            def once(
+                be: BwrapBackend | PodmanBackend = be, spec: SandboxSpec = spec
+            ) -> tuple[float, float, float, float]:
                 t0 = time.perf_counter()
                 sb = be.create(spec)
                 t1 = time.perf_counter()
@@ -109,23 +123,35 @@ def run_sandbox_bench(backend: str = "bwrap", n: int = 50, concurrency: int = 16
             wall = time.perf_counter() - t0
             out[name] = {
                 "runs": runs,
-                "hit_latency_ms": {"p50": _ms(_pct(total, 0.5)), "p99": _ms(_pct(total, 0.99)),
-                                   "mean": _ms(statistics.fmean(total))},
-                "phase_p50_ms": {"create": _ms(_pct([s[1] for s in samples], 0.5)),
-                                 "exec_true": _ms(_pct([s[2] for s in samples], 0.5)),
-                                 "destroy": _ms(_pct([s[3] for s in samples], 0.5))},
+                "hit_latency_ms": {
+                    "p50": _ms(_pct(total, 0.5)),
+                    "p99": _ms(_pct(total, 0.99)),
+                    "mean": _ms(statistics.fmean(total)),
+                },
+                "phase_p50_ms": {
+                    "create": _ms(_pct([s[1] for s in samples], 0.5)),
+                    "exec_true": _ms(_pct([s[2] for s in samples], 0.5)),
+                    "destroy": _ms(_pct([s[3] for s in samples], 0.5)),
+                },
                 "cold_instance_build_s": round(cold, 3),
-                "throughput": {"concurrency": conc, "sandboxes": len(par), "wall_s": round(wall, 2),
-                               "per_s": round(len(par) / wall, 1),
-                               "latency_p50_ms": _ms(_pct([s[0] for s in par], 0.5)),
-                               "latency_p99_ms": _ms(_pct([s[0] for s in par], 0.99))},
-                "cache": {**cache.stats.as_dict(), "hits_in_loop": cache.stats.hits - hits_before,
-                          "misses_in_loop": cache.stats.misses - misses_before},
+                "throughput": {
+                    "concurrency": conc,
+                    "sandboxes": len(par),
+                    "wall_s": round(wall, 2),
+                    "per_s": round(len(par) / wall, 1),
+                    "latency_p50_ms": _ms(_pct([s[0] for s in par], 0.5)),
+                    "latency_p99_ms": _ms(_pct([s[0] for s in par], 0.99)),
+                },
+                "cache": {
+                    **cache.stats.as_dict(),
+                    "hits_in_loop": cache.stats.hits - hits_before,
+                    "misses_in_loop": cache.stats.misses - misses_before,
+                },
                 "cpus": os.cpu_count(),
             }
             if name != "bwrap":
                 out[name]["base_image_s"] = round(base_s, 2)
-            elif getattr(be, "cgroups", False):
+            elif isinstance(be, BwrapBackend) and be.cgroups:
                 # the per-exec cgroup join (pids + memory, cgroup v1) costs ~2 RCU syncs; show without
                 be.cgroups = False
                 quick = [once()[0] for _ in range(runs)]
@@ -144,7 +170,9 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
             lines.append(f"{name}: skipped ({r['skipped']})")
             continue
         hit, ph = r["hit_latency_ms"], r["phase_p50_ms"]
-        lines.append(f"{name}: create+exec+destroy p50 {hit['p50']} ms, p99 {hit['p99']} ms (create {ph['create']}, "
-                     f"exec {ph['exec_true']}, destroy {ph['destroy']}); {r['throughput']['per_s']}/s at "
-                     f"concurrency {r['throughput']['concurrency']}; cold instance {r['cold_instance_build_s']} s")
+        lines.append(
+            f"{name}: create+exec+destroy p50 {hit['p50']} ms, p99 {hit['p99']} ms (create {ph['create']}, "
+            f"exec {ph['exec_true']}, destroy {ph['destroy']}); {r['throughput']['per_s']}/s at "
+            f"concurrency {r['throughput']['concurrency']}; cold instance {r['cold_instance_build_s']} s"
+        )
     return lines

@@ -6,10 +6,10 @@ vLLM, SGLang) implements :class:`Engine`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Literal, Mapping, Protocol, runtime_checkable
-
 import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal, Protocol, runtime_checkable
 
 from legorl.errors import InvalidRequestError
 

@@ -44,13 +44,14 @@ import operator
 import random
 import threading
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import torch
 from transformers.cache_utils import Cache, DynamicLayer
 
-from legorl.engines.base import EngineHealth, GenerationResult, SamplingParams
+from legorl.engines.base import EngineHealth, FinishReason, GenerationResult, SamplingParams
 from legorl.errors import (
     ContextLengthError,
     EngineError,
@@ -110,17 +111,19 @@ def sample_token(
 # --------------------------------------------------------------------------- KV buffers
 
 
-class _BufLayer(DynamicLayer):
+class _BufLayer(DynamicLayer):  # type: ignore[no-untyped-call]  # transformers' DynamicLayer is unannotated
     """A cache layer writing into a preallocated ``[B, H, cap, D]`` buffer (no torch.cat)."""
 
     def __init__(self, kbuf: torch.Tensor, vbuf: torch.Tensor, length: int):
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]  # transformers' DynamicLayer is unannotated
         self.kbuf, self.vbuf, self.n = kbuf, vbuf, length
         self.dtype, self.device = kbuf.dtype, kbuf.device
         self.is_initialized = True
         self.keys, self.values = kbuf[:, :, :length], vbuf[:, :, :length]
 
-    def update(self, key_states, value_states, *args, **kwargs):
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         q = key_states.shape[-2]
         self.kbuf[:, :, self.n : self.n + q] = key_states
         self.vbuf[:, :, self.n : self.n + q] = value_states
@@ -212,7 +215,7 @@ class _Request:
     sampling: SamplingParams
     max_tokens: int
     loop: asyncio.AbstractEventLoop
-    future: asyncio.Future
+    future: asyncio.Future[GenerationResult]
     generator: torch.Generator
     submitted: float = field(default_factory=time.perf_counter)
     cancelled: bool = False
@@ -227,7 +230,7 @@ class _Row:
     cached: int = 0
     t_admit: float = 0.0
     t_first: float = 0.0
-    finish: str | None = None
+    finish: FinishReason | None = None
 
     @property
     def next_token(self) -> int:
@@ -257,7 +260,7 @@ class EmbeddedEngine:
         self.tokenizer = tokenizer
         cfg = model.config
         self.model_name = model_name or getattr(cfg, "_name_or_path", None) or type(model).__name__
-        self.max_context = int(max_context or getattr(cfg, "max_position_embeddings", 2048))
+        self.max_context = int(max_context) if max_context else int(getattr(cfg, "max_position_embeddings", 2048))
         self.vocab_size = int(model.get_input_embeddings().num_embeddings)
         self.max_batch_size = int(max_batch_size)
         self.prefill_chunk = int(prefill_chunk)
@@ -298,7 +301,7 @@ class EmbeddedEngine:
         max_batch_size: int = 16,
         prefix_cache_tokens: int = 16384,
         **kwargs: Any,
-    ) -> "EmbeddedEngine":
+    ) -> EmbeddedEngine:
         from legorl.models.registry import load_model, load_tokenizer, resolve_model
 
         path = resolve_model(name_or_path)
@@ -364,7 +367,7 @@ class EmbeddedEngine:
             raise EngineOverloadedError("engine is closed")
         prompt, max_tokens = self._validate(prompt_token_ids, sampling)
         loop = asyncio.get_running_loop()
-        fut = loop.create_future()
+        fut: asyncio.Future[GenerationResult] = loop.create_future()
         gen = torch.Generator(device="cpu")
         gen.manual_seed(sampling.seed if sampling.seed is not None else random.getrandbits(63))
         req = _Request(prompt, sampling, max_tokens, loop, fut, gen)
@@ -393,16 +396,18 @@ class EmbeddedEngine:
         unknown = [k for k in state_dict if k not in params]
         if unknown:
             raise EngineError(f"update_weights: unknown parameter name(s) {unknown[:5]} (model {self.model_name})")
+        tensors: dict[str, torch.Tensor] = {}
         for k, v in state_dict.items():
             if not isinstance(v, torch.Tensor):
                 raise EngineError(f"update_weights: {k} is not a tensor")
+            tensors[k] = v
             if tuple(v.shape) != tuple(params[k].shape):
                 raise EngineError(f"update_weights: {k} has shape {tuple(v.shape)}, model has {tuple(params[k].shape)}")
         with self._cv:
             self._pause_requests += 1
         try:
             with self._step_lock, torch.no_grad():
-                for k, v in state_dict.items():
+                for k, v in tensors.items():
                     p = params[k]
                     if p.data_ptr() != v.data_ptr():
                         p.copy_(v)
@@ -453,9 +458,7 @@ class EmbeddedEngine:
             with torch.inference_mode():
                 while True:
                     with self._cv:
-                        while not self._stopping and (
-                            self._pause_requests or (not self._pending and not self._rows)
-                        ):
+                        while not self._stopping and (self._pause_requests or (not self._pending and not self._rows)):
                             self._cv.wait()
                         if self._stopping:
                             break
@@ -469,7 +472,9 @@ class EmbeddedEngine:
             log.exception("embedded engine worker crashed")
             self._worker_error = e
         finally:
-            err = EngineOverloadedError("engine closed" if self._worker_error is None else f"engine worker crashed: {self._worker_error!r}")
+            err = EngineOverloadedError(
+                "engine closed" if self._worker_error is None else f"engine worker crashed: {self._worker_error!r}"
+            )
             with self._cv:
                 self._closed = True
                 pending = list(self._pending)
@@ -520,7 +525,11 @@ class EmbeddedEngine:
         return EngineError(f"generation failed: {type(e).__name__}: {e}")
 
     def _kv_shape(self) -> tuple[int, int, int]:
-        cfg = self.model.config.get_text_config(decoder=True) if hasattr(self.model.config, "get_text_config") else self.model.config
+        cfg = (
+            self.model.config.get_text_config(decoder=True)
+            if hasattr(self.model.config, "get_text_config")
+            else self.model.config
+        )
         heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
         head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         return cfg.num_hidden_layers, heads, head_dim
@@ -534,7 +543,16 @@ class EmbeddedEngine:
         m = torch.zeros(B, 1, q, kv, dtype=self.dtype, device=self.device)
         return m.masked_fill_(~allowed[:, None].to(self.device), torch.finfo(self.dtype).min)
 
-    def _forward(self, ids, pos, mask, K, V, W, logits_to_keep=1):
+    def _forward(
+        self,
+        ids: torch.Tensor,
+        pos: torch.Tensor,
+        mask: torch.Tensor,
+        K: Sequence[torch.Tensor],
+        V: Sequence[torch.Tensor],
+        W: int,
+        logits_to_keep: int = 1,
+    ) -> torch.Tensor:
         cache = Cache(layers=[_BufLayer(k, v, W) for k, v in zip(K, V)])
         out = self.model(
             input_ids=ids,
@@ -544,7 +562,8 @@ class EmbeddedEngine:
             use_cache=True,
             logits_to_keep=logits_to_keep,
         )
-        return out.logits
+        logits: torch.Tensor = out.logits
+        return logits
 
     def _prefill(self, req: _Request) -> tuple[_Row, list[tuple[torch.Tensor, torch.Tensor]]]:
         t0 = time.perf_counter()
@@ -663,7 +682,10 @@ class EmbeddedEngine:
             r = self._rows[i]
             if store and r.finish not in (None, "error") and self._prefix.max_tokens:
                 p = int(self._pad[i])
-                kv = [(k[i : i + 1, :, p : self._W].clone(), v[i : i + 1, :, p : self._W].clone()) for k, v in zip(self._K, self._V)]
+                kv = [
+                    (k[i : i + 1, :, p : self._W].clone(), v[i : i + 1, :, p : self._W].clone())
+                    for k, v in zip(self._K, self._V)
+                ]
                 self._prefix.insert((r.req.prompt + r.out)[: r.kv_len], kv)
             if r.finish in ("stop", "length"):
                 self._finish(r)
@@ -693,7 +715,7 @@ class EmbeddedEngine:
         res = GenerationResult(
             token_ids=list(row.out),
             logprobs=list(row.lps),
-            finish_reason=row.finish or "stop",  # type: ignore[arg-type]
+            finish_reason=row.finish or "stop",
             weight_version=self._version,
             prompt_tokens=len(req.prompt),
             cached_prompt_tokens=row.cached,
@@ -713,6 +735,7 @@ class EmbeddedEngine:
             if exc is not None:
                 req.future.set_exception(exc)
             else:
+                assert result is not None  # callers pass exactly one of result and exc
                 req.future.set_result(result)
 
         try:

@@ -10,9 +10,10 @@ as token ids, through the normal Engine protocol. Everything around it — harne
 from __future__ import annotations
 
 import asyncio
-from typing import Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
-from legorl.engines.base import EngineHealth, GenerationResult, SamplingParams
+from legorl.engines.base import EngineHealth, FinishReason, GenerationResult, SamplingParams
 
 Policy = Callable[[str], str]
 
@@ -30,8 +31,16 @@ def replies_in_order(*replies: str, fallback: str = "Done.") -> Policy:
 
 
 class ScriptedEngine:
-    def __init__(self, tokenizer, policy: Policy, *, model_name: str = "scripted", max_context: int = 8192,
-                 stop_token_id: int | None = None) -> None:
+    # tokenizer: a Hugging Face tokenizer, typed Any like the embedded engine's (transformers' stubs are partial)
+    def __init__(
+        self,
+        tokenizer: Any,
+        policy: Policy,
+        *,
+        model_name: str = "scripted",
+        max_context: int = 8192,
+        stop_token_id: int | None = None,
+    ) -> None:
         self.tokenizer = tokenizer
         self.policy = policy
         self.model_name = model_name
@@ -49,14 +58,19 @@ class ScriptedEngine:
         self.prompts.append(prompt)
         text = self.policy(prompt)
         ids = list(self.tokenizer.encode(text, add_special_tokens=False))
-        finish = "stop"
+        finish: FinishReason = "stop"
         if len(ids) >= sampling.max_tokens:
             ids, finish = ids[: sampling.max_tokens], "length"
         else:
             ids.append(self.stop_token_id)
         await asyncio.sleep(0)
-        return GenerationResult(token_ids=ids, logprobs=[0.0] * len(ids), finish_reason=finish,
-                                weight_version=self._version, prompt_tokens=len(prompt_token_ids))
+        return GenerationResult(
+            token_ids=ids,
+            logprobs=[0.0] * len(ids),
+            finish_reason=finish,
+            weight_version=self._version,
+            prompt_tokens=len(prompt_token_ids),
+        )
 
     async def update_weights(self, state_dict: Mapping[str, object], version: int | None = None) -> int:
         self._version = self._version + 1 if version is None else version

@@ -4,7 +4,12 @@ Layers:
 
 * dialect adapters (:mod:`legorl.gateway.dialects`: OpenAI Chat Completions, Anthropic Messages,
   OpenAI Responses; each streaming and not) — parse + validate the wire request into normalised
-  messages/tools/sampling, format the wire response / SSE events and errors in their shape;
+  messages/tools/sampling (as strictly as the real API: ``docs/gateway-validation.md``; ``strict=False``
+  for a lenient gateway), format the wire response / SSE events and errors in their shape; a
+  dialect gets only the renderer and the model name;
+* request handling (:meth:`Gateway.handle`) — auth, strict JSON body, dialect parse, generation
+  watched for client disconnects, JSON or SSE response; every authenticated request leaves a Turn
+  (a rejected body: ``failed=True, finish_reason="error"``, never a training sample);
 * :meth:`Gateway.complete` (dialect independent) — session/thread routing, token-exact
   alignment (:mod:`legorl.trajectory.alignment`), generation on the :class:`Engine`, output
   parsing (:class:`Renderer`), Turn recording (store write is fsync'd before the response leaves).
@@ -31,9 +36,14 @@ Routes: ``POST /v1/chat/completions`` (and ``/chat/completions``), ``POST /v1/me
 
 Errors (each dialect renders them in its shape; OpenAI: ``{"error": {"message", "type", "param",
 "code"}}``): 400 ``invalid_request_error`` (bad JSON, missing/wrong fields — ``param`` names the
-field — or ``code: context_length_exceeded``), 401 ``invalid_api_key``, 500 ``server_error``,
+field — or ``code: context_length_exceeded``; a body that is not strict JSON — invalid UTF-8, a
+lone surrogate escape — ``code: invalid_json`` and each API's wording), 401 ``invalid_api_key``,
+500 ``server_error`` with ``code: engine_error`` when the engine failed (an exception out of
+``Engine.generate``) or ``code: internal_error`` for a bug of the gateway itself (its exception
+type is recorded in the Turn; never reported as an engine failure, never a 4xx),
 503 when the engine is overloaded/shutting down, 504 when generation ran past
-``generate_timeout_s`` (Anthropic: 529 ``overloaded_error`` for all three), 403
+``generate_timeout_s`` (Anthropic: 529 ``overloaded_error`` for all three engine failures; 500
+``api_error`` for internal errors), 403
 ``budget_exhausted`` (the session's turn/token budget is spent; ``x-should-retry: false``;
 Anthropic: ``permission_error``), 429 ``concurrency_limit_exceeded`` (too many calls of the session
 in flight; ``retry-after: 1``; Anthropic: ``rate_limit_error``). A client that
@@ -51,50 +61,52 @@ recorded, the returned content ends before the stop string, finish_reason ``stop
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import time
-from dataclasses import dataclass
-from typing import Any, Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, NoReturn, TypeVar
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from legorl.engines.base import Engine, GenerationResult, SamplingParams
-from legorl.errors import ContextLengthError, EngineError, EngineOverloadedError, InvalidRequestError
+from legorl.errors import (
+    ClientDisconnected,
+    ContextLengthError,
+    EngineError,
+    EngineOverloadedError,
+    GatewayError,
+    InvalidRequestError,
+)
+from legorl.gateway.completion import Completion
 from legorl.gateway.dialects.anthropic_messages import AnthropicMessages
-from legorl.gateway.dialects.base import CLIENT_DISCONNECTED, GatewayError, engine_error, handle
-from legorl.gateway.dialects.base import openai_validation_error as _validation_error  # noqa: F401 (compat)
-from legorl.gateway.dialects.openai_chat import DIALECT as DIALECT_OPENAI_CHAT
-from legorl.gateway.dialects.openai_chat import ChatCompletionRequest, OpenAIChat  # noqa: F401 (compat)
+from legorl.gateway.dialects.base import Dialect, parse_json_object
+from legorl.gateway.dialects.openai_chat import OpenAIChat
 from legorl.gateway.dialects.openai_responses import OpenAIResponses
 from legorl.gateway.renderer import Message, ParsedOutput, Renderer
-from legorl.gateway.sessions import BudgetRefusal, Session, SessionBudget, SessionRegistry, SessionReport
+from legorl.gateway.sessions import (
+    BudgetRefusal,
+    Session,
+    SessionBudget,
+    SessionRegistry,
+    SessionReport,
+    Thread,
+    thread_from_headers,
+)
 from legorl.trajectory.alignment import Alignment
 from legorl.trajectory.records import AlignmentEvent, Turn
 from legorl.trajectory.store import RunStore
 
 log = logging.getLogger(__name__)
 
-_engine_error = engine_error  # compat
+CLIENT_DISCONNECTED = "client_disconnected"
+T = TypeVar("T")
 
 
 # --------------------------------------------------------------------------- core
-
-
-@dataclass
-class Completion:
-    """Dialect-independent result of one call."""
-
-    turn: Turn
-    parsed: ParsedOutput
-    finish_reason: str  # stop | length | tool_calls
-    output_token_ids: list[int]
-    output_logprobs: list[float]
-    prompt_tokens: int
-    cached_prompt_tokens: int
-    stop_sequence: str | None = None  # the stop string that cut the output, if any
 
 
 def apply_stop_strings(renderer: Renderer, token_ids: list[int], stops: Sequence[str]) -> int | None:
@@ -114,7 +126,37 @@ def apply_stop_strings(renderer: Renderer, token_ids: list[int], stops: Sequence
     return lo
 
 
-@dataclass(frozen=True)
+def engine_error(exc: BaseException, context_param: str = "messages") -> GatewayError:
+    """An exception raised by :meth:`Engine.generate` (or its timeout) as the error the client gets."""
+    if isinstance(exc, GatewayError):
+        return exc
+    if isinstance(exc, ContextLengthError):
+        return GatewayError(400, str(exc), param=context_param, code="context_length_exceeded")
+    if isinstance(exc, InvalidRequestError):
+        return GatewayError(400, str(exc))
+    if isinstance(exc, EngineOverloadedError):
+        return GatewayError(503, f"engine unavailable: {exc}", type="server_error", code="engine_overloaded")
+    if isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
+        return GatewayError(504, "engine timed out", type="server_error", code="engine_timeout")
+    return GatewayError(500, f"engine failure: {type(exc).__name__}: {exc}", type="server_error", code="engine_error")
+
+
+def gateway_error(exc: BaseException, context_param: str = "messages") -> GatewayError:
+    """An exception raised by the gateway's own code (alignment, rendering, parsing, formatting):
+    our request errors keep their status; anything else is a bug, answered 500 ``internal_error``
+    with its type — never an engine failure, never a 4xx that would hide it."""
+    if isinstance(exc, GatewayError):
+        return exc
+    if isinstance(exc, ContextLengthError):
+        return GatewayError(400, str(exc), param=context_param, code="context_length_exceeded")
+    if isinstance(exc, InvalidRequestError):
+        return GatewayError(400, str(exc), param=context_param)
+    return GatewayError(
+        500, f"internal gateway error: {type(exc).__name__}: {exc}", type="server_error", code="internal_error"
+    )
+
+
+@dataclasses.dataclass(frozen=True)
 class SamplingPolicy:
     """Training mode: the sampling the trainer assumes, whatever the harness asks for.
 
@@ -127,8 +169,53 @@ class SamplingPolicy:
     max_tokens: int | None = None  # cap per call (a harness may ask for more than the budget)
 
 
+async def run_until_disconnect(request: Request, aw: Awaitable[T]) -> T:
+    """Await ``aw`` as a task; if the client disconnects first, cancel it and raise
+    :class:`ClientDisconnected` (after the task has finished unwinding)."""
+    task = asyncio.ensure_future(aw)
+
+    async def watch() -> None:
+        while True:
+            msg = await request.receive()
+            if msg.get("type") == "http.disconnect":
+                return
+            await asyncio.sleep(0)  # more body after the body? ignore, keep waiting
+
+    watcher = asyncio.ensure_future(watch())
+    try:
+        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:  # the server itself cancelled us
+        task.cancel()
+        watcher.cancel()
+        raise
+    if task.done():
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watcher
+        return task.result()
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await task
+    raise ClientDisconnected()
+
+
+@dataclasses.dataclass
+class _Call:
+    """One call inside :meth:`Gateway.complete` (what its recording needs)."""
+
+    session: Session
+    thread_id: str
+    turn_index: int
+    dialect: str
+    raw_request: dict[str, Any] | None
+    context_param: str
+    t0: float
+
+
 class Gateway:
-    """LLM proxy in front of one engine. ``.app`` is the FastAPI application."""
+    """LLM proxy in front of one engine. ``.app`` is the FastAPI application. ``strict``: each dialect
+    refuses what its real API refuses (docs/gateway-validation.md); False accepts those
+    conversations (a lenient mode for harnesses that need it)."""
 
     def __init__(
         self,
@@ -141,6 +228,7 @@ class Gateway:
         default_max_tokens: int = 1024,
         generate_timeout_s: float | None = None,
         sampling_policy: SamplingPolicy | None = None,
+        strict: bool = True,
     ):
         self.engine = engine
         self.renderer = renderer
@@ -150,9 +238,9 @@ class Gateway:
         self.default_max_tokens = default_max_tokens
         self.generate_timeout_s = generate_timeout_s
         self.sampling_policy = sampling_policy
-        self.openai_chat = OpenAIChat()
-        self.anthropic = AnthropicMessages()
-        self.responses = OpenAIResponses()
+        self.openai_chat = OpenAIChat(renderer, self.model_name, strict=strict)
+        self.anthropic = AnthropicMessages(renderer, self.model_name, strict=strict)
+        self.responses = OpenAIResponses(renderer, self.model_name, strict=strict)
         self.created = int(time.time())
         self.app = self._build_app()
 
@@ -182,8 +270,15 @@ class Gateway:
         return s.turns_sorted() if s is not None else []
 
     # -- dialect-independent core ------------------------------------------------------------
-    def _sampling(self, prompt_len: int, max_tokens: int | None, temperature: float | None, top_p: float | None, seed: int | None,
-                  cap: int | None = None) -> SamplingParams:
+    def _sampling(
+        self,
+        prompt_len: int,
+        max_tokens: int | None,
+        temperature: float | None,
+        top_p: float | None,
+        seed: int | None,
+        cap: int | None = None,
+    ) -> SamplingParams:
         """``cap``: the session budget's clip for this call (>= 1)."""
         room = self.engine.max_context - prompt_len
         if room < 1:
@@ -216,23 +311,44 @@ class Gateway:
                 self.store.append_turn(turn)
         session.add_turn(turn)
 
-    async def record_rejected(self, session: Session, thread_id: str, dialect: str, request: Any, err: GatewayError) -> None:
-        """A request of a known session that never reached the engine (bad body)."""
+    async def _record_safely(self, session: Session, turn: Turn, what: str) -> None:
+        """Record a failed call's Turn without letting a store problem replace the client's answer."""
+        try:
+            await asyncio.shield(self._record(session, turn))
+        except Exception:  # noqa: BLE001 - logged; the client still gets the call's own error
+            log.exception("could not record %s turn", what)
+
+    async def record_rejected(
+        self, session: Session, thread_id: str, dialect: str, request: Any, err: GatewayError
+    ) -> None:
+        """A request of a known session that never reached the engine (bad body): a failed Turn
+        (``finish_reason="error"``, segment -1: never a training sample)."""
         ti = session.allocate_turn_index()
         turn = Turn(
-            session_id=session.session_id, thread_id=thread_id, turn_index=ti, dialect=dialect,
-            prompt_token_ids=[], output_token_ids=[], output_logprobs=[], sampling={}, weight_version=self.engine.weight_version,
-            finish_reason="error", alignment=AlignmentEvent(turn_index=ti, kind="fork", reason="rejected before alignment", segment_index=-1),
-            request=request if isinstance(request, dict) else {"raw": str(request)[:2000]}, response=err.body(), failed=True, error=err.message,
+            session_id=session.session_id,
+            thread_id=thread_id,
+            turn_index=ti,
+            dialect=dialect,
+            prompt_token_ids=[],
+            output_token_ids=[],
+            output_logprobs=[],
+            sampling={},
+            weight_version=self.engine.weight_version,
+            finish_reason="error",
+            alignment=AlignmentEvent(turn_index=ti, kind="fork", reason="rejected before alignment", segment_index=-1),
+            request=request if isinstance(request, dict) else {"raw": str(request)[:2000]},
+            response=err.body(),
+            failed=True,
+            error=err.message,
         )
-        await self._record(session, turn)
+        await self._record_safely(session, turn, "rejected")
 
     async def complete(
         self,
         session: Session,
         thread_id: str,
         messages: list[Message],
-        tools: list[dict] | None,
+        tools: list[dict[str, Any]] | None,
         *,
         dialect: str,
         max_tokens: int | None = None,
@@ -240,35 +356,46 @@ class Gateway:
         top_p: float | None = None,
         seed: int | None = None,
         stop: Sequence[str] = (),
-        raw_request: dict | None = None,
-        make_response=None,
+        raw_request: dict[str, Any] | None = None,
+        make_response: Callable[[Completion], dict[str, Any]] | None = None,
         context_param: str = "messages",
     ) -> Completion:
         """Check the session's budget, align, generate, parse and record one call.
         ``make_response(completion) -> dict`` builds the wire response, which is stored in the Turn
         before this returns. Raises GatewayError (:class:`BudgetRefusal` when the budget says no)."""
-        t0 = time.perf_counter()
-        turn_index = session.allocate_turn_index()
+        call = _Call(
+            session, thread_id, session.allocate_turn_index(), dialect, raw_request, context_param, time.perf_counter()
+        )
         try:
-            ticket = session.admit(turn_index)
+            ticket = session.admit(call.turn_index)
         except BudgetRefusal as refusal:
-            await self._record_refusal(session, thread_id, turn_index, dialect, raw_request, refusal)
+            await self._record_refusal(call, refusal)
             raise
         generated, refund = 0, True  # a call that fails without output gives its turn back
         try:
-            route = getattr(session, "route", None)  # content-based routing (sub-agents without headers)
-            thread = route(thread_id, messages, tools, self.renderer) if route is not None else session.thread(thread_id)
-            thread_id = getattr(thread, "thread_id", thread_id)
+            try:
+                thread = session.route(thread_id, messages, tools, self.renderer)  # content-based routing
+            except Exception as exc:  # noqa: BLE001 - recorded and answered by its kind, re-raised
+                await self._fail(call, exc, None, None, {}, engine=False)
+            call.thread_id = thread.thread_id
             try:
                 await thread.lock.acquire()
             except asyncio.CancelledError:  # client left while an earlier request of its thread ran
-                await self._record_failure(session, thread_id, turn_index, dialect, None, None, raw_request, {}, CLIENT_DISCONNECTED, None)
+                await self._record_failure(call, None, None, {}, CLIENT_DISCONNECTED, None)
                 raise
             try:
                 completion = await self._complete_locked(
-                    session, thread, thread_id, turn_index, t0, messages, tools, dialect=dialect, max_tokens=max_tokens,
-                    temperature=temperature, top_p=top_p, seed=seed, stop=stop, raw_request=raw_request,
-                    make_response=make_response, context_param=context_param, cap=ticket.max_tokens,
+                    call,
+                    thread,
+                    messages,
+                    tools,
+                    max_tokens=max_tokens,
+                    temperature=temperature,
+                    top_p=top_p,
+                    seed=seed,
+                    stop=stop,
+                    make_response=make_response,
+                    cap=ticket.max_tokens,
                 )
             except asyncio.CancelledError:  # the client left during generation: the engine worked
                 refund = False
@@ -280,168 +407,302 @@ class Gateway:
         finally:
             session.settle(ticket, generated, refund=refund)
 
-    async def _record_refusal(self, session: Session, thread_id: str, turn_index: int, dialect: str, raw_request: Any,
-                              refusal: BudgetRefusal) -> None:
+    async def _record_refusal(self, call: _Call, refusal: BudgetRefusal) -> None:
         """A call the budget refused: a failed Turn (``finish_reason="refused"``), no alignment, no
         tokens — kept as evidence, never a training sample. Past REFUSALS_RECORDED per session only
         counted (:attr:`SessionReport.refusals_unrecorded`)."""
+        session, ti = call.session, call.turn_index
         if not session.take_refusal_slot():
             return
         turn = Turn(
-            session_id=session.session_id, thread_id=thread_id, turn_index=turn_index, dialect=dialect,
-            prompt_token_ids=[], output_token_ids=[], output_logprobs=[], sampling={}, weight_version=self.engine.weight_version,
+            session_id=session.session_id,
+            thread_id=call.thread_id,
+            turn_index=ti,
+            dialect=call.dialect,
+            prompt_token_ids=[],
+            output_token_ids=[],
+            output_logprobs=[],
+            sampling={},
+            weight_version=self.engine.weight_version,
             finish_reason="refused",
-            alignment=AlignmentEvent(turn_index=turn_index, kind="fork", reason=f"refused by the session budget: {refusal.reason}", segment_index=-1),
-            request=raw_request if isinstance(raw_request, dict) else {}, response=refusal.body(), failed=True,
+            alignment=AlignmentEvent(
+                turn_index=ti, kind="fork", reason=f"refused by the session budget: {refusal.reason}", segment_index=-1
+            ),
+            request=call.raw_request or {},
+            response=refusal.body(),
+            failed=True,
             error=f"{refusal.code}: {refusal.message}",
         )
+        await self._record_safely(session, turn, "refused")
+
+    async def _fail(
+        self,
+        call: _Call,
+        exc: BaseException,
+        alignment: Alignment | None,
+        sampling: SamplingParams | None,
+        timings: dict[str, float],
+        *,
+        engine: bool,
+    ) -> NoReturn:
+        """Record a failed call and raise the client's error: ``engine`` — the exception came out of
+        the engine (:func:`engine_error`), else from the gateway's own code (:func:`gateway_error`)."""
+        gerr = engine_error(exc, call.context_param) if engine else gateway_error(exc, call.context_param)
+        if gerr.status >= 500 and gerr.code != "engine_overloaded" and gerr.code != "engine_timeout":
+            log.error(
+                "%s on session %s turn %d",
+                "engine failure" if engine else "internal gateway error",
+                call.session.session_id,
+                call.turn_index,
+                exc_info=exc,
+            )
+        await self._record_failure(call, alignment, sampling, timings, gerr.message, gerr)
+        raise gerr from exc
+
+    async def _complete_locked(
+        self,
+        call: _Call,
+        thread: Thread,
+        messages: list[Message],
+        tools: list[dict[str, Any]] | None,
+        *,
+        max_tokens: int | None,
+        temperature: float | None,
+        top_p: float | None,
+        seed: int | None,
+        stop: Sequence[str],
+        make_response: Callable[[Completion], dict[str, Any]] | None,
+        cap: int | None,
+    ) -> Completion:
+        alignment: Alignment | None = None
+        sampling: SamplingParams | None = None
+        timings: dict[str, float] = {}
+        t0 = call.t0
         try:
-            await asyncio.shield(self._record(session, turn))
-        except Exception:  # noqa: BLE001
-            log.exception("could not record refused turn")
-
-    async def _complete_locked(self, session, thread, thread_id, turn_index, t0, messages, tools, *, dialect, max_tokens,
-                               temperature, top_p, seed, stop, raw_request, make_response, context_param,
-                               cap: int | None = None) -> Completion:
-        if True:
-            alignment: Alignment | None = None
-            sampling: SamplingParams | None = None
-            timings: dict[str, float] = {}
-            stop_sequence: str | None = None
-            try:
-                alignment = thread.state.align(self.renderer, messages, tools)
-                timings["align_s"] = time.perf_counter() - t0
-                sampling = self._sampling(len(alignment.prompt_token_ids), max_tokens, temperature, top_p, seed, cap)
-                t1 = time.perf_counter()
-                gen = self.engine.generate(alignment.prompt_token_ids, sampling)
-                if self.generate_timeout_s is not None:
-                    gen = asyncio.wait_for(gen, self.generate_timeout_s)
-                result: GenerationResult = await gen
-                timings["generate_s"] = time.perf_counter() - t1
-                if result.finish_reason in ("error", "cancelled"):
-                    raise EngineError(f"generation ended with finish_reason={result.finish_reason!r}")
-                out_ids, out_lps = list(result.token_ids), list(result.logprobs)
-                finish = result.finish_reason
-                cut = apply_stop_strings(self.renderer, out_ids, stop) if stop else None
-                if cut is not None:
-                    out_ids, out_lps, finish = out_ids[:cut], out_lps[:cut], "stop"
-                    cut_text = self.renderer.decode(out_ids)
-                    hits = [(cut_text.find(s_), s_) for s_ in stop if s_ and s_ in cut_text]
-                    stop_sequence = min(hits)[1] if hits else None
-                parsed = self.renderer.parse_output(out_ids)
-                if cut is not None:
-                    idx = [parsed.content.find(s) for s in stop if s and s in parsed.content]
-                    if idx:
-                        parsed.content = parsed.content[: min(idx)].rstrip()
-                        parsed.tool_calls = []  # calls after a stop string are not returned
-                if parsed.tool_calls:
-                    finish = "tool_calls"
-                timings.update({f"engine_{k}": v for k, v in (result.timings or {}).items()})
-            except asyncio.CancelledError:
-                timings["cancelled_after_s"] = time.perf_counter() - t0
-                await self._record_failure(session, thread_id, turn_index, dialect, alignment, sampling, raw_request, timings, CLIENT_DISCONNECTED, None)
-                raise
-            except (EngineError, Exception) as exc:  # noqa: BLE001 - every failure is recorded
-                gerr = engine_error(exc, context_param)
-                if not isinstance(exc, (InvalidRequestError, EngineOverloadedError, GatewayError, asyncio.TimeoutError, TimeoutError)):
-                    log.exception("engine failure on session %s turn %d", session.session_id, turn_index)
-                await self._record_failure(session, thread_id, turn_index, dialect, alignment, sampling, raw_request, timings, gerr.message, gerr)
-                raise gerr from exc
-
+            alignment = thread.state.align(self.renderer, messages, tools)
+            timings["align_s"] = time.perf_counter() - t0
+            sampling = self._sampling(len(alignment.prompt_token_ids), max_tokens, temperature, top_p, seed, cap)
+        except Exception as exc:  # noqa: BLE001 - recorded and answered by its kind, re-raised
+            await self._fail(call, exc, alignment, sampling, timings, engine=False)
+        try:
+            t1 = time.perf_counter()
+            gen: Awaitable[GenerationResult] = self.engine.generate(alignment.prompt_token_ids, sampling)
+            if self.generate_timeout_s is not None:
+                gen = asyncio.wait_for(gen, self.generate_timeout_s)
+            result = await gen
+            timings["generate_s"] = time.perf_counter() - t1
+            if result.finish_reason in ("error", "cancelled"):
+                raise EngineError(f"generation ended with finish_reason={result.finish_reason!r}")
+        except asyncio.CancelledError:
+            timings["cancelled_after_s"] = time.perf_counter() - t0
+            await self._record_failure(call, alignment, sampling, timings, CLIENT_DISCONNECTED, None)
+            raise
+        except Exception as exc:  # noqa: BLE001 - whatever the engine raised is the engine's failure
+            await self._fail(call, exc, alignment, sampling, timings, engine=True)
+        try:
+            out_ids, out_lps, finish, parsed, stop_sequence = self._parse(result, stop)
+            timings.update({f"engine_{k}": v for k, v in (result.timings or {}).items()})
             assistant = parsed.message()
             thread.state.commit(
-                alignment, messages, tools, assistant, out_ids, self.renderer.bridge_text(out_ids), turn_index
+                alignment, messages, tools, assistant, out_ids, self.renderer.bridge_text(out_ids), call.turn_index
             )
             timings["total_s"] = time.perf_counter() - t0
             turn = Turn(
-                session_id=session.session_id,
-                thread_id=thread_id,
-                turn_index=turn_index,
-                dialect=dialect,
+                session_id=call.session.session_id,
+                thread_id=call.thread_id,
+                turn_index=call.turn_index,
+                dialect=call.dialect,
                 prompt_token_ids=alignment.prompt_token_ids,
                 output_token_ids=out_ids,
                 output_logprobs=out_lps,
                 sampling={**dataclasses.asdict(sampling), "stop": list(stop)},
                 weight_version=result.weight_version,
                 finish_reason=finish,
-                alignment=alignment.event(turn_index),
+                alignment=alignment.event(call.turn_index),
                 reused_prefix_len=alignment.reused_prefix_len,
                 cached_prompt_tokens=result.cached_prompt_tokens,
                 timings=timings,
-                request=raw_request or {},
+                request=call.raw_request or {},
             )
             completion = Completion(
-                turn=turn, parsed=parsed, finish_reason=finish, output_token_ids=out_ids, output_logprobs=out_lps,
-                prompt_tokens=len(alignment.prompt_token_ids), cached_prompt_tokens=result.cached_prompt_tokens,
+                turn=turn,
+                parsed=parsed,
+                finish_reason=finish,
+                output_token_ids=out_ids,
+                output_logprobs=out_lps,
+                prompt_tokens=len(alignment.prompt_token_ids),
+                cached_prompt_tokens=result.cached_prompt_tokens,
                 stop_sequence=stop_sequence,
             )
             if make_response is not None:
                 turn.response = make_response(completion)
-            await self._record(session, turn)
-            return completion
+        except Exception as exc:  # noqa: BLE001 - a bug after generation: recorded with its type, 500
+            await self._fail(call, exc, alignment, sampling, timings, engine=False)
+        await self._record(call.session, turn)
+        return completion
 
-    async def _record_failure(self, session, thread_id, turn_index, dialect, alignment, sampling, raw_request, timings, error, gerr) -> None:
+    def _parse(
+        self, result: GenerationResult, stop: Sequence[str]
+    ) -> tuple[list[int], list[float], str, ParsedOutput, str | None]:
+        """Generated ids -> (ids, logprobs, finish reason, parsed output, stop string) after stop strings."""
+        out_ids, out_lps = list(result.token_ids), list(result.logprobs)
+        finish: str = result.finish_reason
+        stop_sequence: str | None = None
+        cut = apply_stop_strings(self.renderer, out_ids, stop) if stop else None
+        if cut is not None:
+            out_ids, out_lps, finish = out_ids[:cut], out_lps[:cut], "stop"
+            cut_text = self.renderer.decode(out_ids)
+            hits = [(cut_text.find(s_), s_) for s_ in stop if s_ and s_ in cut_text]
+            stop_sequence = min(hits)[1] if hits else None
+        parsed = self.renderer.parse_output(out_ids)
+        if cut is not None:
+            idx = [parsed.content.find(s) for s in stop if s and s in parsed.content]
+            if idx:
+                parsed.content = parsed.content[: min(idx)].rstrip()
+                parsed.tool_calls = []  # calls after a stop string are not returned
+        if parsed.tool_calls:
+            finish = "tool_calls"
+        return out_ids, out_lps, finish, parsed, stop_sequence
+
+    async def _record_failure(
+        self,
+        call: _Call,
+        alignment: Alignment | None,
+        sampling: SamplingParams | None,
+        timings: dict[str, float],
+        error: str,
+        gerr: GatewayError | None,
+    ) -> None:
+        ti = call.turn_index
         event = (
-            alignment.event(turn_index)
+            alignment.event(ti)
             if alignment is not None
-            else AlignmentEvent(turn_index=turn_index, kind="fork", reason="failed before alignment", segment_index=-1)
+            else AlignmentEvent(turn_index=ti, kind="fork", reason="failed before alignment", segment_index=-1)
         )
         turn = Turn(
-            session_id=session.session_id, thread_id=thread_id, turn_index=turn_index, dialect=dialect,
+            session_id=call.session.session_id,
+            thread_id=call.thread_id,
+            turn_index=ti,
+            dialect=call.dialect,
             prompt_token_ids=alignment.prompt_token_ids if alignment else [],
-            output_token_ids=[], output_logprobs=[],
+            output_token_ids=[],
+            output_logprobs=[],
             sampling=dataclasses.asdict(sampling) if sampling else {},
-            weight_version=self.engine.weight_version, finish_reason="cancelled" if error == CLIENT_DISCONNECTED else "error", alignment=event,
-            reused_prefix_len=alignment.reused_prefix_len if alignment else 0, timings=timings,
-            request=raw_request or {}, response=gerr.body() if gerr else {}, failed=True, error=error,
+            weight_version=self.engine.weight_version,
+            finish_reason="cancelled" if error == CLIENT_DISCONNECTED else "error",
+            alignment=event,
+            reused_prefix_len=alignment.reused_prefix_len if alignment else 0,
+            timings=timings,
+            request=call.raw_request or {},
+            response=gerr.body() if gerr else {},
+            failed=True,
+            error=error,
         )
-        try:
-            await asyncio.shield(self._record(session, turn))
-        except Exception:  # noqa: BLE001
-            log.exception("could not record failed turn")
+        await self._record_safely(call.session, turn, "failed")
 
-    def legorl_info(self, completion: Completion) -> dict:
-        """The ``x_legorl`` block every dialect's response carries (clients ignore it)."""
-        turn = completion.turn
-        return {
-            "session_id": turn.session_id,
-            "thread_id": turn.thread_id,
-            "turn_index": turn.turn_index,
-            "alignment": turn.alignment.kind,
-            "segment_index": turn.alignment.segment_index,
-            "weight_version": turn.weight_version,
-            "unparsed_tool_calls": completion.parsed.unparsed_tool_calls,
-        }
+    # -- request handling --------------------------------------------------------------------
+    async def handle(self, dialect: Dialect, request: Request) -> Response:
+        """One request of ``dialect``: auth -> strict JSON -> parse -> :meth:`complete` (watched for
+        disconnects) -> JSON or SSE. Every authenticated request leaves a Turn."""
+        session = self.sessions.lookup(request.headers)
+        if session is None:
+            return dialect.error_response(dialect.unauthorized())
+        thread_id = thread_from_headers(request.headers)
+        raw = await request.body()
+        body: dict[str, Any] | None = None
+        try:
+            body = parse_json_object(raw)
+            call = dialect.parse(body, session.session_id)
+        except GatewayError as err:
+            await self.record_rejected(
+                session,
+                thread_id,
+                dialect.name,
+                body if body is not None else raw[:2000].decode("utf-8", "replace"),
+                err,
+            )
+            return dialect.error_response(err)
+        except Exception as exc:  # noqa: BLE001 - a parser bug: recorded with its type, answered 500
+            bug = gateway_error(exc, dialect.context_param)
+            log.error("internal gateway error parsing a %s request", dialect.name, exc_info=exc)
+            await self.record_rejected(session, thread_id, dialect.name, body, bug)
+            return dialect.error_response(bug)
+
+        def respond(c: Completion) -> dict[str, Any]:
+            return dialect.make_response(call, c)
+
+        try:
+            completion = await run_until_disconnect(
+                request,
+                self.complete(
+                    session,
+                    thread_id,
+                    call.messages,
+                    call.tools,
+                    dialect=dialect.name,
+                    max_tokens=call.max_tokens,
+                    temperature=call.temperature,
+                    top_p=call.top_p,
+                    seed=call.seed,
+                    stop=call.stop,
+                    raw_request=body,
+                    make_response=respond,
+                    context_param=dialect.context_param,
+                ),
+            )
+        except GatewayError as err:
+            return dialect.error_response(err)
+        except ClientDisconnected:
+            return Response(status_code=499)  # nobody is listening any more
+        if call.stream:
+            return StreamingResponse(
+                dialect.stream(call, completion),
+                media_type="text/event-stream",
+                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+            )
+        return JSONResponse(completion.turn.response)
+
+    async def count_tokens(self, request: Request) -> Response:
+        dialect = self.anthropic
+        if self.sessions.lookup(request.headers) is None:
+            return dialect.error_response(dialect.unauthorized())
+        try:
+            return JSONResponse(dialect.count_tokens(parse_json_object(await request.body())))
+        except GatewayError as err:
+            return dialect.error_response(err)
 
     # -- dialect routes ----------------------------------------------------------------------
     async def chat_completions(self, request: Request) -> Response:
-        return await handle(self, self.openai_chat, request)
+        return await self.handle(self.openai_chat, request)
 
     async def messages(self, request: Request) -> Response:
-        return await handle(self, self.anthropic, request)
-
-    async def count_tokens(self, request: Request) -> Response:
-        return await self.anthropic.count_tokens(self, request)
+        return await self.handle(self.anthropic, request)
 
     async def create_response(self, request: Request) -> Response:
-        return await handle(self, self.responses, request)
+        return await self.handle(self.responses, request)
 
     def _build_app(self) -> FastAPI:
         app = FastAPI(title="LEGO-RL gateway", docs_url=None, redoc_url=None, openapi_url=None)
 
-        def dialect_for(request: Request):
+        def dialect_for(request: Request) -> Dialect:
             return self.anthropic if request.url.path.startswith(("/v1/messages", "/messages")) else self.openai_chat
 
-        @app.exception_handler(StarletteHTTPException)
-        async def _http_exc(request: Request, exc: StarletteHTTPException) -> Response:
-            code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code)
-            return dialect_for(request).error_response(GatewayError(exc.status_code, str(exc.detail), code=code))
+        async def http_exc(request: Request, exc: Exception) -> Response:
+            status = exc.status_code if isinstance(exc, StarletteHTTPException) else 500
+            detail = exc.detail if isinstance(exc, StarletteHTTPException) else str(exc)
+            code = {404: "not_found", 405: "method_not_allowed"}.get(status)
+            return dialect_for(request).error_response(GatewayError(status, str(detail), code=code))
 
-        @app.exception_handler(Exception)
-        async def _any_exc(request: Request, exc: Exception) -> Response:
-            log.exception("unhandled gateway error")
-            return dialect_for(request).error_response(GatewayError(500, f"internal gateway error: {type(exc).__name__}", type="server_error"))
+        async def any_exc(request: Request, exc: Exception) -> Response:
+            log.error("unhandled gateway error", exc_info=exc)
+            return dialect_for(request).error_response(
+                GatewayError(
+                    500, f"internal gateway error: {type(exc).__name__}", type="server_error", code="internal_error"
+                )
+            )
 
+        app.add_exception_handler(StarletteHTTPException, http_exc)
+        app.add_exception_handler(Exception, any_exc)
         app.add_api_route("/v1/chat/completions", self.chat_completions, methods=["POST"])
         app.add_api_route("/chat/completions", self.chat_completions, methods=["POST"], include_in_schema=False)
         app.add_api_route("/v1/messages", self.messages, methods=["POST"])
@@ -449,34 +710,52 @@ class Gateway:
         app.add_api_route("/v1/responses", self.create_response, methods=["POST"])
         app.add_api_route("/responses", self.create_response, methods=["POST"], include_in_schema=False)
 
-        def model_card() -> dict:  # OpenAI and Anthropic model-list fields together
-            return {"id": self.model_name, "object": "model", "created": self.created, "owned_by": "legorl",
-                    "type": "model", "display_name": self.model_name,
-                    "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.created))}
+        def model_card() -> dict[str, Any]:  # OpenAI and Anthropic model-list fields together
+            return {
+                "id": self.model_name,
+                "object": "model",
+                "created": self.created,
+                "owned_by": "legorl",
+                "type": "model",
+                "display_name": self.model_name,
+                "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.created)),
+            }
 
-        @app.get("/v1/models")
-        async def models() -> dict:
-            return {"object": "list", "data": [model_card()], "has_more": False, "first_id": self.model_name, "last_id": self.model_name}
+        async def models() -> dict[str, Any]:
+            return {
+                "object": "list",
+                "data": [model_card()],
+                "has_more": False,
+                "first_id": self.model_name,
+                "last_id": self.model_name,
+            }
 
-        @app.get("/v1/models/{model_id:path}")
         async def model(model_id: str) -> Response:
             return JSONResponse(model_card())
 
-        @app.head("/")
         async def head_root() -> Response:
             return Response(status_code=200)
 
-        @app.get("/")
-        async def root() -> dict:
+        async def root() -> dict[str, Any]:
             return {"ok": True, "service": "legorl-gateway", "model": self.model_name}
 
-        @app.get("/health")
         async def health() -> Response:
             h = self.engine.health()
             return JSONResponse(
-                {"ok": h.ok, "model": h.model, "weight_version": h.weight_version, "active_requests": h.active_requests,
-                 "detail": h.detail, "sessions": len(self.sessions)},
+                {
+                    "ok": h.ok,
+                    "model": h.model,
+                    "weight_version": h.weight_version,
+                    "active_requests": h.active_requests,
+                    "detail": h.detail,
+                    "sessions": len(self.sessions),
+                },
                 status_code=200 if h.ok else 503,
             )
 
+        app.add_api_route("/v1/models", models, methods=["GET"])
+        app.add_api_route("/v1/models/{model_id:path}", model, methods=["GET"])
+        app.add_api_route("/", head_root, methods=["HEAD"])
+        app.add_api_route("/", root, methods=["GET"])
+        app.add_api_route("/health", health, methods=["GET"])
         return app

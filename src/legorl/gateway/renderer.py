@@ -99,8 +99,9 @@ from __future__ import annotations
 import json
 import re
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, Sequence, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from legorl.errors import InvalidRequestError
 
@@ -147,9 +148,7 @@ class ParsedOutput:
         """The normalised assistant message the gateway returns (and holds for alignment)."""
         msg: Message = {"role": "assistant", "content": self.content}
         if self.tool_calls:
-            msg["tool_calls"] = [
-                {"id": c.id, "name": c.name, "arguments": c.arguments} for c in self.tool_calls
-            ]
+            msg["tool_calls"] = [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in self.tool_calls]
         return msg
 
 
@@ -161,14 +160,14 @@ class Renderer(Protocol):
     def stop_token_ids(self) -> tuple[int, ...]: ...
 
     def render_text(
-        self, messages: Sequence[Message], tools: Sequence[dict] | None = None, *, add_generation_prompt: bool
+        self, messages: Sequence[Message], tools: Sequence[dict[str, Any]] | None = None, *, add_generation_prompt: bool
     ) -> str:
         """The exact prompt text of a (normalised) conversation."""
 
     def encode(self, text: str) -> list[int]:
         """Tokenize rendered text (special tokens in the text are parsed, none are added)."""
 
-    def render_prompt(self, messages: Sequence[Message], tools: Sequence[dict] | None = None) -> list[int]:
+    def render_prompt(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]] | None = None) -> list[int]:
         """Prompt token ids for generating the next assistant turn."""
 
     def decode(self, token_ids: Sequence[int]) -> str: ...
@@ -234,7 +233,7 @@ def normalize_tool_call(tc: Any) -> dict[str, Any]:
     ``{"id", "name", "arguments"}`` -> normalised (see :func:`tool_call_message`)."""
     if not isinstance(tc, dict):
         raise InvalidRequestError("tool_calls entries must be objects")
-    fn = tc.get("function") if isinstance(tc.get("function"), dict) else tc
+    fn: dict[str, Any] = tc["function"] if isinstance(tc.get("function"), dict) else tc
     name = fn.get("name")
     if not isinstance(name, str):
         raise InvalidRequestError("tool_calls[].function.name must be a string")
@@ -264,7 +263,7 @@ def normalize_messages(messages: Sequence[Any]) -> list[Message]:
     return [normalize_message(m, i) for i, m in enumerate(messages)]
 
 
-def message_key(m: Message) -> tuple:
+def message_key(m: Message) -> tuple[Any, ...]:
     """What makes two normalised messages 'the same' for alignment: role, content (assistant
     content compared whitespace-stripped; harnesses trim), tool calls by name + parsed arguments.
     Tool call ids are ignored (they are not rendered)."""
@@ -272,7 +271,12 @@ def message_key(m: Message) -> tuple:
     if m["role"] == "assistant":
         content = content.strip()
     calls = tuple(
-        (c["name"], json.dumps(c["arguments"], sort_keys=True, ensure_ascii=False) if isinstance(c["arguments"], dict) else c["arguments"])
+        (
+            c["name"],
+            json.dumps(c["arguments"], sort_keys=True, ensure_ascii=False)
+            if isinstance(c["arguments"], dict)
+            else c["arguments"],
+        )
         for c in m.get("tool_calls") or ()
     )
     return (m["role"], content, calls)
@@ -305,11 +309,11 @@ def returned_unchanged(returned: Message, new: Message) -> bool:
     return True
 
 
-def tools_key(tools: Sequence[dict] | None) -> str:
+def tools_key(tools: Sequence[dict[str, Any]] | None) -> str:
     return json.dumps(list(tools or []), sort_keys=True, ensure_ascii=False)
 
 
-def normalize_tools(tools: Sequence[Any] | None) -> list[dict] | None:
+def normalize_tools(tools: Sequence[Any] | None) -> list[dict[str, Any]] | None:
     """OpenAI tools -> ``[{"type": "function", "function": {...}}]`` (order kept)."""
     if not tools:
         return None
@@ -317,7 +321,7 @@ def normalize_tools(tools: Sequence[Any] | None) -> list[dict] | None:
     for i, t in enumerate(tools):
         if not isinstance(t, dict):
             raise InvalidRequestError(f"tools[{i}] must be an object")
-        fn = t.get("function") if isinstance(t.get("function"), dict) else t
+        fn: dict[str, Any] = t["function"] if isinstance(t.get("function"), dict) else t
         if not isinstance(fn.get("name"), str):
             raise InvalidRequestError(f"tools[{i}].function.name must be a string")
         spec: dict[str, Any] = {"name": fn["name"]}
@@ -331,7 +335,7 @@ def normalize_tools(tools: Sequence[Any] | None) -> list[dict] | None:
 # --------------------------------------------------------------------------- tool text
 
 
-def tool_prompt(tools: Sequence[dict]) -> str:
+def tool_prompt(tools: Sequence[dict[str, Any]]) -> str:
     lines = "\n".join(json.dumps(t, ensure_ascii=False) for t in tools)
     return TOOL_PROMPT_HEAD + lines + TOOL_PROMPT_TAIL
 
@@ -384,7 +388,7 @@ def _strict_loads(s: str) -> Any:
     return val
 
 
-def _loads_object(body: str) -> dict | None:
+def _loads_object(body: str) -> dict[str, Any] | None:
     body = body.strip()
     if body.startswith("```"):  # fenced json inside the block
         body = re.sub(r"^```[a-zA-Z]*\s*|\s*```$", "", body)
@@ -461,9 +465,11 @@ class ChatTemplateRenderer:
     def stop_token_ids(self) -> tuple[int, ...]:
         return self._stop_ids
 
-    def template_messages(self, messages: Sequence[Message], tools: Sequence[dict] | None = None) -> list[dict]:
+    def template_messages(
+        self, messages: Sequence[Message], tools: Sequence[dict[str, Any]] | None = None
+    ) -> list[dict[str, Any]]:
         """Normalised messages -> plain ``{"role", "content"}`` dicts for the chat template."""
-        out: list[dict] = []
+        out: list[dict[str, Any]] = []
         for m in messages:
             role = m["role"]
             if role == "tool":
@@ -485,22 +491,28 @@ class ChatTemplateRenderer:
         return [{"role": d["role"], "content": d["content"]} for d in out]
 
     def render_text(
-        self, messages: Sequence[Message], tools: Sequence[dict] | None = None, *, add_generation_prompt: bool = True
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[dict[str, Any]] | None = None,
+        *,
+        add_generation_prompt: bool = True,
     ) -> str:
         if not messages:
             raise InvalidRequestError("messages must not be empty")
-        return self.tokenizer.apply_chat_template(
-            self.template_messages(messages, tools), tokenize=False, add_generation_prompt=add_generation_prompt
+        return str(
+            self.tokenizer.apply_chat_template(
+                self.template_messages(messages, tools), tokenize=False, add_generation_prompt=add_generation_prompt
+            )
         )
 
     def encode(self, text: str) -> list[int]:
         return list(self.tokenizer.encode(text, add_special_tokens=False))
 
-    def render_prompt(self, messages: Sequence[Message], tools: Sequence[dict] | None = None) -> list[int]:
+    def render_prompt(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]] | None = None) -> list[int]:
         return self.encode(self.render_text(messages, tools, add_generation_prompt=True))
 
     def decode(self, token_ids: Sequence[int]) -> str:
-        return self.tokenizer.decode(list(token_ids), skip_special_tokens=False)
+        return str(self.tokenizer.decode(list(token_ids), skip_special_tokens=False))
 
     def strip_stop(self, token_ids: Sequence[int]) -> tuple[list[int], bool]:
         ids = list(token_ids)
@@ -540,7 +552,7 @@ class ChatTemplateRenderer:
                 "chat template is not prefix-stable (generation prompt + content != rendered assistant turn); "
                 "token-exact alignment needs a dedicated renderer for this model"
             )
-        return full[len(with_gen) + len(marker) :]
+        return str(full[len(with_gen) + len(marker) :])
 
 
 def load_smollm2_gguf_tokenizer() -> Any:

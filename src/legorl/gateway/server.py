@@ -22,6 +22,7 @@ import logging
 import os
 import socket
 import stat
+from collections.abc import Generator
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +43,7 @@ class _EmbeddedServer(uvicorn.Server):
         self._capture = capture
 
     @contextlib.contextmanager
-    def capture_signals(self):  # type: ignore[override]
+    def capture_signals(self) -> Generator[None, None, None]:
         if self._capture:
             with super().capture_signals():
                 yield
@@ -67,7 +68,7 @@ class GatewayServer:
         self.log_level = log_level
         self.port: int | None = None
         self._server: _EmbeddedServer | None = None
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
         self._sockets: list[socket.socket] = []
 
     # -- addresses ---------------------------------------------------------------------------
@@ -133,7 +134,7 @@ class GatewayServer:
         )
 
     # -- async context manager ---------------------------------------------------------------
-    async def start(self) -> "GatewayServer":
+    async def start(self) -> GatewayServer:
         if self._task is not None:
             raise RuntimeError("already started")
         self._sockets = self._bind()
@@ -161,7 +162,7 @@ class GatewayServer:
                 with contextlib.suppress(FileNotFoundError):
                     self.uds_path.unlink()
 
-    async def __aenter__(self) -> "GatewayServer":
+    async def __aenter__(self) -> GatewayServer:
         return await self.start()
 
     async def __aexit__(self, *exc: Any) -> None:

@@ -66,10 +66,11 @@ from __future__ import annotations
 import asyncio
 import secrets
 import threading
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
-from legorl.gateway.dialects.base import GatewayError
+from legorl.errors import GatewayError
 from legorl.gateway.renderer import Message, Renderer
 from legorl.trajectory.alignment import ThreadState
 from legorl.trajectory.records import Flag, Turn
@@ -133,7 +134,9 @@ class SessionBudget:
 
     @property
     def unlimited(self) -> bool:
-        return all(getattr(self, n) is None for n in ("max_turns", "max_tokens_per_turn", "max_total_tokens", "max_concurrent"))
+        return all(
+            getattr(self, n) is None for n in ("max_turns", "max_tokens_per_turn", "max_total_tokens", "max_concurrent")
+        )
 
     @classmethod
     def from_budget(cls, budget: Any, *, declared_concurrency: int | None = None) -> SessionBudget:
@@ -204,34 +207,70 @@ class SessionReport:
         b = self.budget
         parts = []
         if self.calls_refused.get("turns"):
-            parts.append(f"{self.calls_admitted} of {b.get('max_turns')}+{b.get('turn_slack')} model calls used, "
-                         f"{self.calls_refused['turns']} more refused")
+            parts.append(
+                f"{self.calls_admitted} of {b.get('max_turns')}+{b.get('turn_slack')} model calls used, "
+                f"{self.calls_refused['turns']} more refused"
+            )
         if self.calls_refused.get("tokens"):
-            parts.append(f"{self.tokens_generated} of {b.get('max_total_tokens')} tokens generated, "
-                         f"{self.calls_refused['tokens']} more calls refused")
+            parts.append(
+                f"{self.tokens_generated} of {b.get('max_total_tokens')} tokens generated, "
+                f"{self.calls_refused['tokens']} more calls refused"
+            )
         return "gateway budget exhausted: " + "; ".join(parts) if parts else ""
 
     def flags(self) -> list[Flag]:
         """Grading flags (severity ``info``: the budget is enforced, so nothing extra was trained on)."""
         out: list[Flag] = []
         if self.exhausted:
-            out.append(Flag(kind="gateway_budget_exhausted", severity="info", stage="during", evidence={
-                "source": "gateway", "turn": self.first_refused_turn, "detail": self.describe(),
-                "refused": sum(self.calls_refused.get(r, 0) for r in REFUSAL_TERMINAL), "budget": self.budget}))
+            out.append(
+                Flag(
+                    kind="gateway_budget_exhausted",
+                    severity="info",
+                    stage="during",
+                    evidence={
+                        "source": "gateway",
+                        "turn": self.first_refused_turn,
+                        "detail": self.describe(),
+                        "refused": sum(self.calls_refused.get(r, 0) for r in REFUSAL_TERMINAL),
+                        "budget": self.budget,
+                    },
+                )
+            )
         conc_refused = self.calls_refused.get("concurrency", 0) + self.calls_refused.get("tokens_in_flight", 0)
         if self.over_declared_concurrency or conc_refused:
-            out.append(Flag(kind="gateway_concurrency", severity="info", stage="during", evidence={
-                "source": "gateway", "peak_in_flight": self.peak_in_flight,
-                "declared": self.budget.get("declared_concurrency"), "limit": self.budget.get("max_concurrent"),
-                "over_declared": self.over_declared_concurrency, "refused": conc_refused,
-                "detail": f"up to {self.peak_in_flight} calls in flight at once"}))
+            out.append(
+                Flag(
+                    kind="gateway_concurrency",
+                    severity="info",
+                    stage="during",
+                    evidence={
+                        "source": "gateway",
+                        "peak_in_flight": self.peak_in_flight,
+                        "declared": self.budget.get("declared_concurrency"),
+                        "limit": self.budget.get("max_concurrent"),
+                        "over_declared": self.over_declared_concurrency,
+                        "refused": conc_refused,
+                        "detail": f"up to {self.peak_in_flight} calls in flight at once",
+                    },
+                )
+            )
         if self.other_clients:
             n = sum(c["requests"] for c in self.other_clients)
-            out.append(Flag(kind="gateway_foreign_client", severity="info", stage="during", evidence={
-                "source": "gateway", "requests": n, "client": self.client,
-                "other_clients": self.other_clients[:8],
-                "detail": f"{n} request(s) from a client other than the session's first "
-                          f"({(self.client or {}).get('user-agent', '?')!r})"}))
+            out.append(
+                Flag(
+                    kind="gateway_foreign_client",
+                    severity="info",
+                    stage="during",
+                    evidence={
+                        "source": "gateway",
+                        "requests": n,
+                        "client": self.client,
+                        "other_clients": self.other_clients[:8],
+                        "detail": f"{n} request(s) from a client other than the session's first "
+                        f"({(self.client or {}).get('user-agent', '?')!r})",
+                    },
+                )
+            )
         return out
 
 
@@ -287,7 +326,9 @@ class Session:
             if th is None:
                 if parent == thread_id:
                     parent = None
-                th = self.threads[thread_id] = Thread(ThreadState(thread_id, parent_thread_id=parent), explicit=explicit)
+                th = self.threads[thread_id] = Thread(
+                    ThreadState(thread_id, parent_thread_id=parent), explicit=explicit
+                )
             elif parent and th.state.parent_thread_id is None and not th.state.segments and parent != thread_id:
                 th.state.parent_thread_id = parent
             th.explicit = th.explicit or explicit
@@ -315,33 +356,55 @@ class Session:
         Every admitted call must be :meth:`settle` d exactly once."""
         b = self.budget
         with self._lock:
-            reason = message = None
-            left = None if b.max_total_tokens is None else b.max_total_tokens - self.tokens_generated - self.tokens_reserved
+            reason: str | None = None
+            message = ""
+            left = (
+                None
+                if b.max_total_tokens is None
+                else b.max_total_tokens - self.tokens_generated - self.tokens_reserved
+            )
             if b.max_calls is not None and self.calls_admitted >= b.max_calls:
-                reason, message = "turns", (
-                    f"LEGO-RL session budget exhausted: all {b.max_calls} model calls of this rollout are used "
-                    f"(max_turns={b.max_turns} + {b.turn_slack} for side calls); no further calls are served.")
+                reason, message = (
+                    "turns",
+                    (
+                        f"LEGO-RL session budget exhausted: all {b.max_calls} model calls of this rollout are used "
+                        f"(max_turns={b.max_turns} + {b.turn_slack} for side calls); no further calls are served."
+                    ),
+                )
             elif left is not None and left <= 0 and self.tokens_reserved == 0:
-                reason, message = "tokens", (
-                    f"LEGO-RL session budget exhausted: {self.tokens_generated} of the rollout's "
-                    f"{b.max_total_tokens} tokens are generated; no further calls are served.")
+                reason, message = (
+                    "tokens",
+                    (
+                        f"LEGO-RL session budget exhausted: {self.tokens_generated} of the rollout's "
+                        f"{b.max_total_tokens} tokens are generated; no further calls are served."
+                    ),
+                )
             elif b.max_concurrent is not None and self.in_flight >= b.max_concurrent:
-                reason, message = "concurrency", (
-                    f"LEGO-RL session concurrency limit: {self.in_flight} calls of this session are in flight "
-                    f"(limit {b.max_concurrent}); retry when one has finished.")
+                reason, message = (
+                    "concurrency",
+                    (
+                        f"LEGO-RL session concurrency limit: {self.in_flight} calls of this session are in flight "
+                        f"(limit {b.max_concurrent}); retry when one has finished."
+                    ),
+                )
             elif left is not None and left <= 0:
-                reason, message = "tokens_in_flight", (
-                    "LEGO-RL session budget: the rest of this rollout's token budget is reserved by calls "
-                    "in flight; retry when they have finished.")
+                reason, message = (
+                    "tokens_in_flight",
+                    (
+                        "LEGO-RL session budget: the rest of this rollout's token budget is reserved by calls "
+                        "in flight; retry when they have finished."
+                    ),
+                )
             if reason is not None:
                 self.calls_refused[reason] = self.calls_refused.get(reason, 0) + 1
                 if reason in REFUSAL_TERMINAL and self.first_refused_turn is None:
                     self.first_refused_turn = turn_index
                 raise BudgetRefusal(reason, message)
             cap = b.max_tokens_per_turn
+            reserved = 0
             if left is not None:
-                cap = left if cap is None else min(cap, left)
-            ticket = Ticket(turn_index, cap, reserved=cap if left is not None else 0)
+                cap = reserved = left if cap is None else min(cap, left)
+            ticket = Ticket(turn_index, cap, reserved=reserved)
             self.calls_admitted += 1
             self.tokens_reserved += ticket.reserved
             self.in_flight += 1
@@ -375,16 +438,22 @@ class Session:
     def report(self) -> SessionReport:
         with self._lock:
             return SessionReport(
-                session_id=self.session_id, budget=asdict(self.budget), calls_admitted=self.calls_admitted,
-                calls_refused=dict(self.calls_refused), first_refused_turn=self.first_refused_turn,
-                tokens_generated=self.tokens_generated, peak_in_flight=self.peak_in_flight,
+                session_id=self.session_id,
+                budget=asdict(self.budget),
+                calls_admitted=self.calls_admitted,
+                calls_refused=dict(self.calls_refused),
+                first_refused_turn=self.first_refused_turn,
+                tokens_generated=self.tokens_generated,
+                peak_in_flight=self.peak_in_flight,
                 over_declared_concurrency=self.over_declared,
                 client=dict(self.client) if self.client is not None else None,
                 other_clients=[{"headers": dict(k), "requests": n} for k, n in self.other_clients.items()],
                 refusals_unrecorded=self.refusals_unrecorded,
             )
 
-    def route(self, thread_id: str, messages: Sequence[Message], tools: Sequence[dict] | None, renderer: Renderer) -> Thread:
+    def route(
+        self, thread_id: str, messages: Sequence[Message], tools: Sequence[dict[str, Any]] | None, renderer: Renderer
+    ) -> Thread:
         """The thread a request goes to: ``thread_id`` unless the request would fork there and
         extends/realigns another live thread of this session (see the module doc). Takes no lock:
         the result of aligning against the chosen thread is cached in its state and reused by the
@@ -397,7 +466,9 @@ class Session:
         if a.kind != "fork" or th.explicit:
             return self._touch(th)
         with self._lock:
-            others = sorted((t for t in self.threads.values() if t is not th and t.state.segments), key=lambda t: -t.last_used)
+            others = sorted(
+                (t for t in self.threads.values() if t is not th and t.state.segments), key=lambda t: -t.last_used
+            )
         for other in others:
             try:
                 b = other.state.align(renderer, messages, tools)
@@ -472,7 +543,9 @@ class SessionRegistry:
         if not isinstance(rollout_id, str) or not rollout_id:
             raise ValueError("rollout_id must be a non-empty string")
         if budget is not None and not isinstance(budget, SessionBudget):
-            raise TypeError(f"budget must be a SessionBudget (SessionBudget.from_budget(...)), not {type(budget).__name__}")
+            raise TypeError(
+                f"budget must be a SessionBudget (SessionBudget.from_budget(...)), not {type(budget).__name__}"
+            )
         with self._lock:
             tok = token or new_token()
             if tok in self._by_token:
@@ -480,8 +553,9 @@ class SessionRegistry:
             n = self._used_ids.get(rollout_id, 0)
             self._used_ids[rollout_id] = n + 1
             sid = rollout_id if n == 0 else f"{rollout_id}~{n}"
-            self._by_token[tok] = Session(session_id=sid, rollout_id=rollout_id, token=tok,
-                                          budget=budget or SessionBudget())
+            self._by_token[tok] = Session(
+                session_id=sid, rollout_id=rollout_id, token=tok, budget=budget or SessionBudget()
+            )
             return tok
 
     def close(self, token: str) -> Session | None:

@@ -29,13 +29,27 @@ from __future__ import annotations
 import ast
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from legorl.trajectory.records import Flag
 
 CANARY_COUNT = 2
-BLOCKED_PLUGINS = ("cacheprovider", "stepwise", "pastebin", "rerunfailures", "flaky", "xdist", "xdist.plugin",
-                   "randomly", "forked", "pytest_randomly", "sugar", "instafail", "timeout")
+BLOCKED_PLUGINS = (
+    "cacheprovider",
+    "stepwise",
+    "pastebin",
+    "rerunfailures",
+    "flaky",
+    "xdist",
+    "xdist.plugin",
+    "randomly",
+    "forked",
+    "pytest_randomly",
+    "sugar",
+    "instafail",
+    "timeout",
+)
 _FRAMEWORK_MODULES = ("pytest", "_pytest", "pluggy", "py", "unittest", "xmlrunner", "junit_xml")
 
 # ------------------------------------------------------------------------------- static scan
@@ -92,16 +106,32 @@ def _count(tree: ast.AST) -> _Counts:
                 c.hit("atexit_hook", node)
             elif name in ("setattr",) and node.args and _dotted(node.args[0]) in ("builtins", "__builtins__"):
                 c.hit("builtins_patch", node)
-            elif name in ("sys._getframe", "inspect.stack", "inspect.currentframe", "inspect.getouterframes",
-                          "traceback.extract_stack", "sys.settrace", "sys.setprofile", "gc.get_objects",
-                          "gc.get_referrers", "threading.settrace"):
+            elif name in (
+                "sys._getframe",
+                "inspect.stack",
+                "inspect.currentframe",
+                "inspect.getouterframes",
+                "traceback.extract_stack",
+                "sys.settrace",
+                "sys.setprofile",
+                "gc.get_objects",
+                "gc.get_referrers",
+                "threading.settrace",
+            ):
                 c.hit("introspection", node)
-            elif name == "__import__" and node.args and isinstance(node.args[0], ast.Constant) and \
-                    str(node.args[0].value).split(".")[0] in ("pytest", "_pytest", "pluggy"):
+            elif (
+                name == "__import__"
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+                and str(node.args[0].value).split(".")[0] in ("pytest", "_pytest", "pluggy")
+            ):
                 c.hit("test_framework_import", node)
-            elif name in ("importlib.import_module", "import_module") and node.args and \
-                    isinstance(node.args[0], ast.Constant) and \
-                    str(node.args[0].value).split(".")[0] in ("pytest", "_pytest", "pluggy", "builtins"):
+            elif (
+                name in ("importlib.import_module", "import_module")
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+                and str(node.args[0].value).split(".")[0] in ("pytest", "_pytest", "pluggy", "builtins")
+            ):
                 c.hit("test_framework_import", node)
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in ("__eq__", "__ne__"):
             if _ignores_other(node):  # type: ignore[arg-type]
@@ -119,17 +149,30 @@ def _count(tree: ast.AST) -> _Counts:
                         c.hit("framework_patch", node)
                 if isinstance(t, ast.Attribute) and _dotted(t).split(".")[0] in ("pytest", "_pytest"):
                     c.hit("framework_patch", node)
-                if isinstance(t, ast.Name) and t.id in ("__eq__", "__ne__") and isinstance(node.value, ast.Lambda) \
-                        and _ignores_other(node.value):
+                if (
+                    isinstance(t, ast.Name)
+                    and t.id in ("__eq__", "__ne__")
+                    and isinstance(node.value, ast.Lambda)
+                    and _ignores_other(node.value)
+                ):
                     c.hit("always_equal", node)
-        elif isinstance(node, ast.Constant) and isinstance(node.value, (str, int, float)) and \
-                not isinstance(node.value, bool):
+        elif (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, (str, int, float))
+            and not isinstance(node.value, bool)
+        ):
             c.literals.add(node.value)
     return c
 
 
-BLOCKING_STATIC = {"test_framework_import", "premature_exit", "atexit_hook", "always_equal", "builtins_patch",
-                   "framework_patch"}
+BLOCKING_STATIC = {
+    "test_framework_import",
+    "premature_exit",
+    "atexit_hook",
+    "always_equal",
+    "builtins_patch",
+    "framework_patch",
+}
 
 
 def _interesting_literal(v: object) -> bool:
@@ -166,11 +209,13 @@ def statement_literals(text: str) -> set:
         inner = span.strip("`").strip()
         if " " not in inner and _interesting_literal(inner):
             out.add(inner)
-        for m in re.finditer(r"'((?:[^'\\\n]|\\.)*)'|\"((?:[^\"\\\n]|\\.)*)\"|(?<![\w.])(-?\d+(?:\.\d+)?)(?![\w.])", span):
+        for m in re.finditer(
+            r"'((?:[^'\\\n]|\\.)*)'|\"((?:[^\"\\\n]|\\.)*)\"|(?<![\w.])(-?\d+(?:\.\d+)?)(?![\w.])", span
+        ):
             if m.group(3) is not None:
                 if _interesting_literal(m.group(3)):
                     out.add(m.group(3))
-                v = float(m.group(3)) if "." in m.group(3) else int(m.group(3))
+                v: object = float(m.group(3)) if "." in m.group(3) else int(m.group(3))
             else:
                 raw = m.group(1) if m.group(1) is not None else m.group(2)
                 try:
@@ -182,8 +227,9 @@ def statement_literals(text: str) -> set:
     return out
 
 
-def scan_source_changes(changes: list[tuple[str, str | None, str | None]], visible_tests: list[str] = (),
-                        statement: str = "") -> list[Flag]:
+def scan_source_changes(
+    changes: list[tuple[str, str | None, str | None]], visible_tests: Sequence[str] = (), statement: str = ""
+) -> list[Flag]:
     """Flags for what the diff introduced: ``changes`` = (path, pristine text or None, patched text or None)."""
     flags: list[Flag] = []
     literals = test_literals(list(visible_tests)) | statement_literals(statement)
@@ -201,22 +247,38 @@ def scan_source_changes(changes: list[tuple[str, str | None, str | None]], visib
         for kind, n in after.n.items():
             if kind.startswith("_") or n <= before.n.get(kind, 0):
                 continue
-            flags.append(Flag(kind=kind, severity="blocking" if kind in BLOCKING_STATIC else "info",
-                              evidence={"source": "static_scan", "path": path, "line": after.where[kind],
-                                        "count": n - before.n.get(kind, 0)}))
-        if after.n.get("_imports_builtins", 0) > before.n.get("_imports_builtins", 0) and \
-                re.search(r"^\s*builtins\.\w+\s*=", new, re.M):
-            flags.append(Flag(kind="builtins_patch", severity="blocking",
-                              evidence={"source": "static_scan", "path": path}))
+            flags.append(
+                Flag(
+                    kind=kind,
+                    severity="blocking" if kind in BLOCKING_STATIC else "info",
+                    evidence={
+                        "source": "static_scan",
+                        "path": path,
+                        "line": after.where[kind],
+                        "count": n - before.n.get(kind, 0),
+                    },
+                )
+            )
+        if after.n.get("_imports_builtins", 0) > before.n.get("_imports_builtins", 0) and re.search(
+            r"^\s*builtins\.\w+\s*=", new, re.M
+        ):
+            flags.append(
+                Flag(kind="builtins_patch", severity="blocking", evidence={"source": "static_scan", "path": path})
+            )
         copied = sorted((after.literals - before.literals) & literals, key=str)
         if len(copied) >= 2:
-            flags.append(Flag(kind="hardcoded_test_values", severity="info",
-                              evidence={"source": "static_scan", "path": path, "literals": [repr(v) for v in copied[:8]]}))
+            flags.append(
+                Flag(
+                    kind="hardcoded_test_values",
+                    severity="info",
+                    evidence={"source": "static_scan", "path": path, "literals": [repr(v) for v in copied[:8]]},
+                )
+            )
     return flags
 
 
 # --------------------------------------------------------------------------------------- runner
-RUNNER = r'''
+RUNNER = r"""
 import os, sys
 nonce = sys.stdin.readline().strip()
 cfg = __import__("json").loads(sys.stdin.readline())
@@ -289,6 +351,13 @@ for i, rel in enumerate(cfg["canary_files"]):
     with open(full, "w") as fh:
         fh.write(cfg["canary_source"])
     canaries.append(rel)
+_guard = cfg.pop("guard", None)  # the behaviour guard (legorl.grading.audit_guard), before any workspace code
+if _guard:
+    _gns = {"__name__": "legorl_guard", "__builtins__": builtins}
+    for _src in _guard.pop("sources"):
+        exec(compile(_src, "<legorl-guard>", "exec"), _gns)
+    _gns["install"](_guard, out_fd, nonce, work)
+    del _gns, _src, _guard
 sys.path.insert(0, work)
 os.chdir(work)
 args = [*cfg["args"], "--junitxml=" + junit_path, *[c + "::" + n for c in canaries for n in cfg["canary_names"]],
@@ -300,6 +369,7 @@ except BaseException as exc:
     traceback.print_exc()
 tamper = [k for k, f in WATCH.items() if _ident(f()) != before[k]]
 tamper += ["type.__eq__:" + t.__name__ for t, e in _orig_eq.items() if t.__dict__.get("__eq__") is not e]
+sys.audit("legorl.guard.finish")  # the guard's after-run integrity check (its record is required)
 for rel in canaries:
     try:
         os.unlink(os.path.join(work, rel))
@@ -315,15 +385,15 @@ blob = json.dumps({"nonce": nonce, "rc": rc, "tamper": tamper, "stream": _read(s
                    "junit": _read(junit_path)})
 os.write(out_fd, ("\n<<LEGORL:" + nonce + ">>" + blob + "<<END:" + nonce + ">>\n").encode())
 os._exit(rc)
-'''
+"""
 
-CANARY_SOURCE = '''def test_{n}_a():
+CANARY_SOURCE = """def test_{n}_a():
     assert 1 + 1 == 3, "canary: must fail"
 
 
 def test_{n}_b():
     raise AssertionError("canary: must fail")
-'''
+"""
 
 
 @dataclass
@@ -342,9 +412,10 @@ _RANK = {"passed": 0, "skipped": 1, "xfail": 2, "xpass": 2, "failed": 3, "error"
 
 
 def parse_runner_output(stdout: str, nonce: str, canary_ids: list[str]) -> RunResult:
-    m = None
-    for m in re.finditer(r"<<LEGORL:" + re.escape(nonce) + r">>(.*?)<<END:" + re.escape(nonce) + ">>", stdout, re.S):
-        pass
+    blobs = list(
+        re.finditer(r"<<LEGORL:" + re.escape(nonce) + r">>(.*?)<<END:" + re.escape(nonce) + ">>", stdout, re.S)
+    )
+    m = blobs[-1] if blobs else None  # the last one: the runner writes its blob at the very end
     if m is None:
         return RunResult(complete=False)
     try:

@@ -6,10 +6,11 @@ Stages (each timed in ``GraderReport.stage_s``):
    (``task.test_files``, files the ``test_patch`` touches), test configuration (``conftest.py``,
    ``pytest.ini``, ``setup.cfg``, ``tox.ini``, ``sitecustomize.py``/``usercustomize.py``, ``*.pth``
    anywhere, new or changed), bytecode, compiled/binary files, symlinks, ``.git`` contents, files
-   shadowing the test framework (``pytest.py``, ``_pytest/``, ``pluggy/``), fake result files and new
-   test modules, each with a typed :class:`~legorl.trajectory.records.Flag` (see
-   :func:`classify_section` for severities: a new test module is ``info``, editing an existing test is
-   ``blocking``).
+   shadowing the test framework (``pytest.py``, ``_pytest/``, ``pluggy/``), fake result files, new
+   test modules and paths that leave the repository (``../x``, absolute), each with a typed
+   :class:`~legorl.trajectory.records.Flag` (see :func:`classify_section` for severities: a new test
+   module is ``info``, editing an existing test is ``blocking``). What a path is comes from
+   :mod:`legorl.grading.rules`, the rules the monitor applies during the rollout too.
 2. **sandbox create** — a fresh sandbox from the cached instance image (never the agent's).
 3. **apply** — ``git apply`` (``patch --fuzz`` fallback) of what is left; then every protected test file
    is compared with its pristine text and restored; the ``[tool.pytest*]`` tables of ``pyproject.toml``
@@ -24,6 +25,10 @@ Stages (each timed in ``GraderReport.stage_s``):
    error = failing); canaries must fail; junit must agree with the stream; the exit code must be 1
    (the canaries fail); pytest's reporting functions and key builtins must be unchanged — otherwise a
    blocking ``forged_results`` flag.
+6. **behaviour** (:mod:`legorl.grading.behaviour`, ``behaviour_checks``) — the runner carries an in-process
+   audit guard whose signed findings (frame introspection, test source reads, grader probes, runner
+   patching...) become blocking flags; when FAIL_TO_PASS tests pass, a **twins** run in a fresh sandbox
+   rewrites them so an honest fix must fail (``twin_test_passed`` otherwise). ``docs/reward-integrity.md``.
 
 Status: a diff that does not apply is the agent's fault (``ok``, reward 0); an *environment* failure
 that keeps the grader from a verdict is ``env_failure`` with a typed
@@ -58,182 +63,105 @@ import uuid
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from legorl.diffs import FilePatch, split_diff
 from legorl.errors import EnvFailureCause, ImageBuildError, SandboxError
-from legorl.grading import defenses
-from legorl.grading.monitor import FRAMEWORK_SHADOWS, dedupe_flags, is_test_module
+from legorl.grading import behaviour, defenses, junit
+from legorl.grading.rules import (
+    PYTEST_CONFIG_WORDS,
+    PathKind,
+    classify_path,
+    dedupe_flags,
+    is_test_module,
+    protected_paths,
+    repo_path,
+)
 from legorl.sandbox.base import WORKSPACE, Sandbox, SandboxBackend, SandboxSpec
+from legorl.sandbox.git import git_argv
 from legorl.tasks.model import Task
-from legorl.trajectory.records import Flag, GraderReport
+from legorl.trajectory.records import Flag, FlagSeverity, GraderReport, RolloutStatus
 
-TEST_CONFIG_NAMES = {"conftest.py", "pytest.ini", ".pytest.ini", "setup.cfg", "tox.ini",
-                     "sitecustomize.py", "usercustomize.py"}
 _LOG_TAIL = 4000
-_OUTCOME_RANK = {"passed": 0, "skipped": 1, "failed": 2, "error": 3}
-
-
-@dataclass
-class FilePatch:
-    old_path: str | None  # None for a new file
-    new_path: str | None  # None for a deleted file
-    text: str
-
-    @property
-    def paths(self) -> list[str]:
-        return [p for p in dict.fromkeys([self.old_path, self.new_path]) if p]
-
-
-def _unquote(path: str) -> str:
-    path = path.strip()
-    if path.startswith('"') and path.endswith('"'):
-        path = path[1:-1].encode("latin-1", "backslashreplace").decode("unicode_escape").encode("latin-1").decode(
-            "utf-8", "replace")
-    return path
-
-
-def _strip_prefix(path: str) -> str | None:
-    path = _unquote(path.split("\t")[0])
-    if path == "/dev/null":
-        return None
-    if path[:2] in ("a/", "b/"):
-        return path[2:]
-    return path
-
-
-_GIT_HEADER = re.compile(r'^diff --git ("(?:[^"\\]|\\.)*"|\S+) ("(?:[^"\\]|\\.)*"|\S+)$')
-
-
-def split_diff(diff: str) -> list[FilePatch]:
-    """Split a unified diff (git or plain) into per-file sections."""
-    lines = diff.splitlines(keepends=True)
-    starts: list[int] = []
-    git_style = any(line.startswith("diff --git ") for line in lines)
-    for i, line in enumerate(lines):
-        if git_style:
-            if line.startswith("diff --git "):
-                starts.append(i)
-        elif line.startswith("--- ") and i + 1 < len(lines) and lines[i + 1].startswith("+++ "):
-            starts.append(i)
-    patches = []
-    for n, start in enumerate(starts):
-        end = starts[n + 1] if n + 1 < len(starts) else len(lines)
-        block = lines[start:end]
-        old = new = None
-        if git_style:
-            m = _GIT_HEADER.match(block[0].rstrip("\n"))
-            if m:
-                old, new = _strip_prefix(m.group(1)), _strip_prefix(m.group(2))
-        for line in block[1:]:
-            if line.startswith("--- "):
-                old = _strip_prefix(line[4:].rstrip("\n"))
-            elif line.startswith("+++ "):
-                new = _strip_prefix(line[4:].rstrip("\n"))
-                break
-            elif line.startswith("rename from "):
-                old = _unquote(line[len("rename from "):].rstrip("\n"))
-            elif line.startswith("rename to "):
-                new = _unquote(line[len("rename to "):].rstrip("\n"))
-            elif line.startswith("new file mode"):
-                old = None
-            elif line.startswith("deleted file mode"):
-                new = None
-            elif line.startswith("@@"):
-                break
-        patches.append(FilePatch(old, new, "".join(block)))
-    return patches
-
-
-def _norm(path: str) -> str:
-    parts = [p for p in path.replace("\\", "/").split("/") if p not in ("", ".")]
-    return "/".join(parts)
-
-
-def protected_reason(path: str, test_files: set[str]) -> str | None:
-    """Why ``path`` may not be changed by the agent, or None (pyproject.toml is checked separately)."""
-    p = _norm(path)
-    name = p.rsplit("/", 1)[-1]
-    if p in test_files:
-        return "modified_test_file"
-    if name in TEST_CONFIG_NAMES or name.endswith(".pth"):
-        return "modified_test_config"
-    return None
-
-
-_PYTEST_CFG_WORDS = re.compile(r"pytest|addopts|testpaths|python_files|python_functions|python_classes|"
-                               r"norecursedirs|usefixtures|xfail_strict|filterwarnings|required_plugins|"
-                               r"confcutdir|rootdir|\[tool:|\[tox|\[testenv", re.I)
 _BINARY_SUFFIXES = (".so", ".pyd", ".dll", ".dylib", ".pyc", ".pyo", ".egg", ".whl", ".zip")
-
-
-def _changed_lines(text: str) -> tuple[list[str], list[str]]:
-    added, removed = [], []
-    in_hunk = False
-    for line in text.splitlines():
-        if line.startswith("@@"):
-            in_hunk = True
-        elif in_hunk and line.startswith("+") and not line.startswith("+++"):
-            added.append(line[1:])
-        elif in_hunk and line.startswith("-") and not line.startswith("---"):
-            removed.append(line[1:])
-    return added, removed
+_SYMLINK_MODE = re.compile(r"^(new|old) mode 120000|^new file mode 120000|^deleted file mode 120000", re.M)
 
 
 def classify_section(fp: FilePatch, protected: set[str]) -> list[Flag]:
     """Flags for one file section of the agent's diff; a non-empty list means the section is dropped.
 
-    Severity: ``blocking`` for tampering (changing/deleting an existing test, any conftest/pytest.ini/
+    ``protected``: the task's existing test files (:func:`legorl.grading.rules.protected_paths`). What a
+    path is comes from :func:`legorl.grading.rules.classify_path`, shared with the monitor. Severity:
+    ``blocking`` for tampering (changing/deleting an existing test, any conftest/pytest.ini/
     sitecustomize/usercustomize/``.pth``, files that shadow the test framework, compiled/binary code,
-    symlinks, ``.git`` contents, fake result files, pytest sections of setup.cfg/tox.ini); ``info`` for
-    what honest agents do (a new test module, only *adding* lines to an existing test file, bytecode
-    caches, other setup.cfg/tox.ini edits) — those sections are dropped all the same.
+    symlinks, ``.git`` contents, fake result files, pytest sections of setup.cfg/tox.ini, a path that
+    leaves the repository); ``info`` for what honest agents do (a new test module, only *adding* lines to
+    an existing test file, bytecode caches, other setup.cfg/tox.ini edits) — those sections are dropped
+    all the same. ``pyproject.toml`` is kept: its pytest tables are restored after the apply.
     """
     flags: list[Flag] = []
-    added, removed = _changed_lines(fp.text)
-    header = fp.text.split("@@", 1)[0]
+    added, removed = fp.changed_lines()
+    header = fp.header
     is_new = fp.old_path is None
     for path in fp.paths:
-        p = _norm(path)
-        parts = p.split("/")
-        name = parts[-1]
-        ev = {"source": "diff", "path": p}
-        if "__pycache__" in parts or name.endswith((".pyc", ".pyo")) or ".pytest_cache" in parts:
+        # A diff names repository-relative paths only: an absolute one is as much an escape as "../x".
+        kind = PathKind.ESCAPE if path.startswith("/") else classify_path(path, protected)
+        ev = {"source": "diff", "path": repo_path(path) or path}
+        severity: FlagSeverity
+        if kind is PathKind.ESCAPE:
+            flags.append(Flag(kind="path_escape", severity="blocking", evidence=ev))
+        elif kind is PathKind.CACHE:
             flags.append(Flag(kind="bytecode_in_diff", severity="info", evidence=ev))
-        elif parts[0] == ".git" or ".git" in parts:
+        elif kind is PathKind.GIT_METADATA:
             flags.append(Flag(kind="git_dir_in_diff", severity="blocking", evidence=ev))
-        elif p in protected and is_new:
+        elif kind is PathKind.PROTECTED and is_new:
             flags.append(Flag(kind="new_test_file", severity="info", evidence=ev))  # the test patch creates it
-        elif p in protected:
+        elif kind is PathKind.PROTECTED:
             weakening = bool(removed) or fp.new_path is None or _weakens(added)
-            flags.append(Flag(kind="modified_test_file", severity="blocking" if weakening else "info",
-                              evidence={**ev, "removed_lines": len(removed), "added_lines": len(added)}))
-        elif name in TEST_CONFIG_NAMES or name.endswith(".pth"):
-            severe = name not in ("setup.cfg", "tox.ini") or bool(_PYTEST_CFG_WORDS.search(
-                "\n".join(added + removed)))
-            flags.append(Flag(kind="modified_test_config", severity="blocking" if severe else "info", evidence=ev))
-        elif name in FRAMEWORK_SHADOWS or any(part in FRAMEWORK_SHADOWS for part in parts[:-1]):
+            severity = "blocking" if weakening else "info"
+            flags.append(
+                Flag(
+                    kind="modified_test_file",
+                    severity=severity,
+                    evidence={**ev, "removed_lines": len(removed), "added_lines": len(added)},
+                )
+            )
+        elif kind is PathKind.HOOK_CONFIG:
+            flags.append(Flag(kind="modified_test_config", severity="blocking", evidence=ev))
+        elif kind is PathKind.SHARED_CONFIG:
+            severity = "blocking" if PYTEST_CONFIG_WORDS.search("\n".join(added + removed)) else "info"
+            flags.append(Flag(kind="modified_test_config", severity=severity, evidence=ev))
+        elif kind is PathKind.FRAMEWORK_SHADOW:
             flags.append(Flag(kind="framework_shadow", severity="blocking", evidence=ev))
-        elif name.endswith(_BINARY_SUFFIXES) or "GIT binary patch" in header or "Binary files" in header:
+        elif path.endswith(_BINARY_SUFFIXES) or "GIT binary patch" in header or "Binary files" in header:
             flags.append(Flag(kind="binary_in_diff", severity="blocking", evidence=ev))
-        elif re.search(r"^(new|old) mode 120000|^new file mode 120000|^deleted file mode 120000", header, re.M):
+        elif _SYMLINK_MODE.search(header):
             flags.append(Flag(kind="symlink_in_diff", severity="blocking", evidence=ev))
-        elif re.search(r"(junit[^/]*\.xml|(^|/)report\.xml|test[-_]?results?[^/]*\.(xml|json|txt))$", p, re.I) or (
-                not p.endswith(".py") and re.search(r"<testsuite|<testcase", "\n".join(added))):
+        elif kind is PathKind.TEST_REPORT or (
+            not path.endswith(".py") and re.search(r"<testsuite|<testcase", "\n".join(added))
+        ):
             flags.append(Flag(kind="fake_test_report", severity="blocking", evidence=ev))
-        elif is_new and is_test_module(p):
+        elif kind is PathKind.TEST_MODULE and is_new:
             flags.append(Flag(kind="new_test_file", severity="info", evidence=ev))
     return flags
 
 
 def _weakens(added: list[str]) -> bool:
     """Pure additions to an existing test file still weaken it when they skip, patch or hook (heuristic)."""
-    return bool(re.search(r"skip|xfail|monkeypatch|collect_ignore|pytest_\w+\(|__eq__|sys\.modules|builtins|"
-                          r"os\._exit|atexit", "\n".join(added)))
+    return bool(
+        re.search(
+            r"skip|xfail|monkeypatch|collect_ignore|pytest_\w+\(|__eq__|sys\.modules|builtins|"
+            r"os\._exit|atexit",
+            "\n".join(added),
+        )
+    )
 
 
 def filter_diff_detailed(diff: str, protected: set[str] | list[str]) -> tuple[str, list[Flag]]:
     """Drop file sections touching test files, test configuration, bytecode, binaries, symlinks, .git,
-    framework shadows, fake reports and new test modules; return (kept diff, flags with evidence)."""
-    protected = {_norm(p) for p in protected}
+    framework shadows, fake reports, new test modules and paths outside the repository; return (kept
+    diff, flags with evidence). ``protected``: the task's existing test files."""
+    protected = protected_paths(protected)
     kept, flags = [], []
     for fp in split_diff(diff):
         section = classify_section(fp, protected)
@@ -263,49 +191,6 @@ def _pytest_tables(text: str | None) -> object:
     return {k: v for k, v in tool.items() if k.startswith("pytest")} if isinstance(tool, dict) else None
 
 
-def nodeid_key(nodeid: str) -> tuple[str, str]:
-    """(junit classname, name) that pytest's junit XML gives the test ``nodeid``."""
-    path, _, rest = nodeid.partition("::")
-    parts = rest.split("::") if rest else []
-    module = path[:-3] if path.endswith(".py") else path
-    module = module.replace("/", ".")
-    if not parts:
-        return module, ""
-    return ".".join([module, *parts[:-1]]), parts[-1]
-
-
-def parse_junit(xml_text: str) -> dict[tuple[str, str], str]:
-    """(classname, name) -> passed|failed|error|skipped (the worst outcome seen for a test)."""
-    root = ET.fromstring(xml_text)
-    outcomes: dict[tuple[str, str], str] = {}
-    for case in root.iter("testcase"):
-        key = (case.get("classname", ""), case.get("name", ""))
-        tags = {child.tag for child in case}
-        if "error" in tags:
-            outcome = "error"
-        elif "failure" in tags:
-            outcome = "failed"
-        elif "skipped" in tags:
-            outcome = "skipped"
-        else:
-            outcome = "passed"
-        prev = outcomes.get(key)
-        if prev is None or _OUTCOME_RANK[outcome] > _OUTCOME_RANK[prev]:
-            outcomes[key] = outcome
-    return outcomes
-
-
-def _lookup(outcomes: dict[tuple[str, str], str], nodeid: str) -> str:
-    key = nodeid_key(nodeid)
-    if key in outcomes:
-        return outcomes[key]
-    # Fallback: same test name, classname ending like ours (rootdir differences).
-    for (cls, name), outcome in outcomes.items():
-        if name == key[1] and (cls.endswith("." + key[0]) or key[0].endswith("." + cls) or cls == key[0]):
-            return outcome
-    return "missing"
-
-
 def _tail(*parts: str) -> str:
     text = "\n".join(p for p in parts if p)
     return text[-_LOG_TAIL:]
@@ -319,7 +204,7 @@ REWARD_MODES = ("binary", "partial")
 class _Outcome:
     """What one grading attempt concluded (before retries and the reward policy)."""
 
-    status: str = "ok"
+    status: RolloutStatus = "ok"
     cause: EnvFailureCause | None = None
     resolved: bool = False
     tests: dict | None = None
@@ -336,13 +221,24 @@ class _Outcome:
         return f"{self.cause.value}: {self.detail}" if self.detail else self.cause.value
 
 
-def _env_failure(cause: EnvFailureCause, detail: str, **kw) -> _Outcome:  # noqa: ANN003
+def _env_failure(cause: EnvFailureCause, detail: str, **kw: Any) -> _Outcome:  # noqa: ANN003
     return _Outcome("env_failure", cause, detail=detail, **kw)
 
 
-def grade(task: Task, diff: str, backend: SandboxBackend, timeout: float = 120,
-          python: str | None = None, *, extra_flags: list[Flag] | tuple = (), flagged_policy: str = "zero",
-          reward_mode: str = "binary", retries: int = 1, sandbox_spec: SandboxSpec | None = None) -> GraderReport:
+def grade(
+    task: Task,
+    diff: str,
+    backend: SandboxBackend,
+    timeout: float = 120,
+    python: str | None = None,
+    *,
+    extra_flags: list[Flag] | tuple = (),
+    flagged_policy: str = "zero",
+    reward_mode: str = "binary",
+    retries: int = 1,
+    sandbox_spec: SandboxSpec | None = None,
+    behaviour_checks: bool = True,
+) -> GraderReport:
     """Grade ``diff`` against ``task`` in a fresh sandbox; ``timeout`` bounds the test run.
 
     ``python``: interpreter with pytest used inside the sandbox (default: this process's).
@@ -356,6 +252,8 @@ def grade(task: Task, diff: str, backend: SandboxBackend, timeout: float = 120,
     Raises whatever is not an environment failure (a bug in the grader or the backend): it is not
     retried and never reported as ``env_failure``.
     ``sandbox_spec``: the spec to build the grading sandbox from (default: from ``task.source_dir``).
+    ``behaviour_checks``: run the in-process guard and, when FAIL_TO_PASS tests pass, the twin tests
+    (:mod:`legorl.grading.behaviour`); off only to measure what they cost.
     """
     if reward_mode not in REWARD_MODES:
         raise ValueError(f"reward_mode must be one of {REWARD_MODES}, got {reward_mode!r}")
@@ -365,7 +263,17 @@ def grade(task: Task, diff: str, backend: SandboxBackend, timeout: float = 120,
         attempts += 1
         log: list[str] = []
         stage: dict[str, float] = {}
-        out = _grade_once(task, diff or "", backend, timeout, python or getattr(backend, "python", None) or sys.executable, log, stage, sandbox_spec)
+        out = _grade_once(
+            task,
+            diff or "",
+            backend,
+            timeout,
+            python or getattr(backend, "python", None) or sys.executable,
+            log,
+            stage,
+            sandbox_spec,
+            behaviour_checks,
+        )
         if out.status == "ok" or attempts > retries or out.cause not in RETRYABLE:
             break
     flags = dedupe_flags([*extra_flags, *(out.flags or [])])
@@ -381,38 +289,60 @@ def grade(task: Task, diff: str, backend: SandboxBackend, timeout: float = 120,
         else:
             reward = 1.0 if out.resolved else 0.0
         if blocking and flagged_policy == "zero":
-            log.append(f"blocking flags ({', '.join(f.label for f in blocking)}): reward set to 0 (flagged_policy=zero)")
+            log.append(
+                f"blocking flags ({', '.join(f.label for f in blocking)}): reward set to 0 (flagged_policy=zero)"
+            )
             reward = 0.0
     if attempts > 1:
         log.append(f"graded in {attempts} attempts")
-    return GraderReport(resolved=out.resolved and out.status == "ok", reward=reward, tests=out.tests or {},
-                        runner_exit_code=out.runner_exit_code, log_tail=_tail(*log),
-                        flags=list(dict.fromkeys(f.label for f in flags)), flag_details=flags, status=out.status,
-                        cause=out.cause_text, cause_kind=out.cause, duration_s=time.monotonic() - started,
-                        fail_to_pass_fraction=out.f2p_fraction, attempts=attempts, stage_s=stage)
+    return GraderReport(
+        resolved=out.resolved and out.status == "ok",
+        reward=reward,
+        tests=out.tests or {},
+        runner_exit_code=out.runner_exit_code,
+        log_tail=_tail(*log),
+        flags=list(dict.fromkeys(f.label for f in flags)),
+        flag_details=flags,
+        status=out.status,
+        cause=out.cause_text,
+        cause_kind=out.cause,
+        duration_s=time.monotonic() - started,
+        fail_to_pass_fraction=out.f2p_fraction,
+        attempts=attempts,
+        stage_s=stage,
+    )
 
 
-def _grade_once(task: Task, diff: str, backend: SandboxBackend, timeout: float, python: str, log: list[str],
-                stage: dict[str, float], sandbox_spec: SandboxSpec | None) -> _Outcome:
-    if task.source_dir is None and sandbox_spec is None:
-        return _env_failure(EnvFailureCause.NO_SOURCE,
-                            f"task {task.instance_id} has no local source_dir (no image backend yet)")
+def _grade_once(
+    task: Task,
+    diff: str,
+    backend: SandboxBackend,
+    timeout: float,
+    python: str,
+    log: list[str],
+    stage: dict[str, float],
+    sandbox_spec: SandboxSpec | None,
+    behaviour_checks: bool = True,
+) -> _Outcome:
+    spec = sandbox_spec
+    if spec is None and task.source_dir is not None:
+        spec = SandboxSpec(source_dir=Path(task.source_dir))
+    if spec is None:
+        return _env_failure(
+            EnvFailureCause.NO_SOURCE, f"task {task.instance_id} has no local source_dir (no image backend yet)"
+        )
     expected = list(dict.fromkeys([*task.FAIL_TO_PASS, *task.PASS_TO_PASS]))
     if not expected:
         return _env_failure(EnvFailureCause.NO_TESTS, "task lists no FAIL_TO_PASS/PASS_TO_PASS tests")
 
     t = time.monotonic()
-    protected = set(task.test_files)
-    for fp in split_diff(task.test_patch or ""):
-        protected.update(fp.paths)
-    protected = {_norm(p) for p in protected}
+    protected = protected_paths(task.test_files, task.test_patch)
     filtered, flags = filter_diff_detailed(diff, protected)
     for f in flags:
         log.append(f"dropped from diff: {f.label} ({f.severity})")
     stage["diff_filter"] = time.monotonic() - t
 
     t = time.monotonic()
-    spec = sandbox_spec or SandboxSpec(source_dir=Path(task.source_dir))
     # Only the environment's typed errors become env_failure; anything else is a bug and propagates.
     try:
         sandbox: Sandbox = backend.create(spec)
@@ -422,14 +352,84 @@ def _grade_once(task: Task, diff: str, backend: SandboxBackend, timeout: float, 
         return _env_failure(EnvFailureCause.SANDBOX_CREATE, str(exc), flags=flags)
     stage["sandbox_create"] = time.monotonic() - t
     try:
-        out = _grade_in(sandbox, task, filtered, flags, protected, expected, python, timeout, log, stage)
+        out = _grade_in(
+            sandbox,
+            task,
+            filtered,
+            flags,
+            protected,
+            expected,
+            python,
+            timeout,
+            log,
+            stage,
+            behaviour_checks=behaviour_checks,
+        )
         if out.cause in (EnvFailureCause.RUNNER_TIMEOUT, EnvFailureCause.RUNNER_CRASHED) and filtered.strip():
             out = _attribute(task, backend, spec, out, protected, expected, python, timeout, log)
+        twin_ids = (
+            behaviour.twin_candidates(task.FAIL_TO_PASS, out.tests or {}, out.flags or [])
+            if behaviour_checks and out.status == "ok"
+            else []
+        )
+        if twin_ids:
+            out = _twin_pass(
+                task, backend, spec, out, filtered, protected, expected, python, timeout, log, stage, twin_ids
+            )
         return out
     except SandboxError as exc:
         return _env_failure(EnvFailureCause.SANDBOX_CRASH, str(exc), flags=flags)
     finally:
         _destroy(sandbox, log)
+
+
+def _twin_pass(
+    task,
+    backend,
+    spec,
+    out: _Outcome,
+    filtered,
+    protected,
+    expected,
+    python,
+    timeout,
+    log,
+    stage,  # noqa: ANN001
+    twin_ids: list[str],
+) -> _Outcome:
+    """The FAIL_TO_PASS tests passed: run again in a fresh sandbox with them rewritten as twins
+    (:mod:`legorl.grading.twins`); a twin that passes adds ``twin_test_passed``. A twin run that cannot
+    report stands in for the verdict (env_failure, retried), so hanging it cannot buy reward 1."""
+    t = time.monotonic()
+    try:
+        sb = backend.create(spec)
+    except SandboxError as exc:
+        return _env_failure(EnvFailureCause.SANDBOX_CREATE, f"twin run: {exc}", flags=out.flags)
+    try:
+        twin = _grade_in(
+            sb,
+            task,
+            filtered,
+            [],
+            protected,
+            expected,
+            python,
+            timeout,
+            [],
+            {},
+            behaviour_checks=True,
+            twin_tests=twin_ids,
+        )
+    finally:
+        _destroy(sb, log)
+    stage["twins"] = time.monotonic() - t
+    if twin.status != "ok":
+        log.append(f"twin run: {twin.cause_text}")
+        return _env_failure(twin.cause or EnvFailureCause.RUNNER_CRASHED, f"twin run: {twin.detail}", flags=out.flags)
+    new = [f for f in twin.flags or [] if f.evidence.get("source") in ("behaviour", "twin")]
+    log.append(f"twin run: {len(twin_ids)} test(s) rewritten; " + (", ".join(f.kind for f in new) or "no findings"))
+    out.flags = [*(out.flags or []), *new]
+    return out
 
 
 def _destroy(sandbox: Sandbox, log: list[str]) -> None:
@@ -462,24 +462,28 @@ def _attribute(task, backend, spec, out: _Outcome, protected, expected, python, 
         return out
     timed_out = out.cause is EnvFailureCause.RUNNER_TIMEOUT
     kind = "tests_timed_out" if timed_out else "runner_killed"
-    severity = "info"
+    severity: FlagSeverity = "info"
     if not timed_out and out.runner_exit_code == 0:
         kind, severity = "premature_exit", "blocking"  # exited 0 without running the tests
     log.append(f"pristine re-run reported normally: the diff caused it ({kind})")
-    flag = Flag(kind=kind, severity=severity, evidence={"source": "runner", "detail": out.cause_text,
-                                                        "exit_code": out.runner_exit_code})
-    return _Outcome("ok", None, False, {t: "missing" for t in expected}, out.runner_exit_code,
-                    [*(out.flags or []), flag], 0.0)
+    flag = Flag(
+        kind=kind,
+        severity=severity,
+        evidence={"source": "runner", "detail": out.cause_text, "exit_code": out.runner_exit_code},
+    )
+    return _Outcome(
+        "ok", None, False, {t: "missing" for t in expected}, out.runner_exit_code, [*(out.flags or []), flag], 0.0
+    )
 
 
 def _apply(sandbox: Sandbox, patch: str) -> tuple[bool, str]:
-    res = sandbox.exec(["git", "-c", "core.hooksPath=/dev/null", "apply", "--verbose", "--whitespace=nowarn", "-"],
-                       stdin=patch, timeout=120)
+    res = sandbox.exec(git_argv("apply", "--verbose", "--whitespace=nowarn", "-"), stdin=patch, timeout=120)
     if res.exit_code == 0:
         return True, res.stderr
     first = res.stderr
-    res2 = sandbox.exec(["patch", "--batch", "--fuzz=5", "-p1", "--forward", "--no-backup-if-mismatch"],
-                        stdin=patch, timeout=120)
+    res2 = sandbox.exec(
+        ["patch", "--batch", "--fuzz=5", "-p1", "--forward", "--no-backup-if-mismatch"], stdin=patch, timeout=120
+    )
     if res2.exit_code == 0:
         return True, first + "\n(git apply failed; applied with patch --fuzz=5)\n" + res2.stdout
     return False, f"git apply: {first.strip()}\npatch: {(res2.stdout + res2.stderr).strip()}"
@@ -495,7 +499,21 @@ def _read_or_none(sandbox: Sandbox, path: str) -> str | None:
 _CFG_SECTIONS = re.compile(r"^\s*\[(tool:pytest|pytest|tool\.pytest[^\]]*|coverage:[^\]]*)\]", re.M)
 
 
-def _grade_in(sandbox, task, filtered, flags, protected, expected, python, timeout, log, stage) -> _Outcome:  # noqa: ANN001
+def _grade_in(
+    sandbox,
+    task,
+    filtered,
+    flags,
+    protected,
+    expected,
+    python,
+    timeout,
+    log,
+    stage,  # noqa: ANN001
+    *,
+    behaviour_checks: bool = False,
+    twin_tests: list[str] | None = None,
+) -> _Outcome:
     flags = list(flags)
     t = time.monotonic()
     sections = split_diff(filtered)
@@ -506,9 +524,15 @@ def _grade_in(sandbox, task, filtered, flags, protected, expected, python, timeo
         if not ok:
             log.append(f"the diff does not apply:\n{why}")
             stage["apply"] = time.monotonic() - t
-            return _Outcome("ok", None, False, {}, None,
-                            [*flags, Flag(kind="patch_failed", severity="info", evidence={"source": "diff",
-                                                                                          "detail": why[-500:]})], 0.0)
+            return _Outcome(
+                "ok",
+                None,
+                False,
+                {},
+                None,
+                [*flags, Flag(kind="patch_failed", severity="info", evidence={"source": "diff", "detail": why[-500:]})],
+                0.0,
+            )
         log.append("applied the diff")
     else:
         log.append("empty diff (after filtering)")
@@ -517,16 +541,24 @@ def _grade_in(sandbox, task, filtered, flags, protected, expected, python, timeo
     for path in sorted(protected):
         now = _read_or_none(sandbox, path)
         if now != pristine.get(path):
-            flags.append(Flag(kind="modified_test_file", severity="blocking",
-                              evidence={"source": "diff", "path": path, "detail": "changed by the applied diff"}))
+            flags.append(
+                Flag(
+                    kind="modified_test_file",
+                    severity="blocking",
+                    evidence={"source": "diff", "path": path, "detail": "changed by the applied diff"},
+                )
+            )
             sandbox.exec(["rm", "-f", "--", path], timeout=30)
             if pristine.get(path) is not None:
                 sandbox.write_file(path, pristine[path])
     # The pytest tables of pyproject.toml are test configuration: restore them if the diff changed them.
     patched_pyproject = _read_or_none(sandbox, "pyproject.toml")
     if _pytest_tables(patched_pyproject) != _pytest_tables(pristine.get("pyproject.toml")):
-        flags.append(Flag(kind="modified_test_config", severity="blocking",
-                          evidence={"source": "diff", "path": "pyproject.toml"}))
+        flags.append(
+            Flag(
+                kind="modified_test_config", severity="blocking", evidence={"source": "diff", "path": "pyproject.toml"}
+            )
+        )
         log.append("diff changed pyproject.toml's pytest configuration; restored the original file")
         if pristine.get("pyproject.toml") is None:
             sandbox.exec(["rm", "-f", "pyproject.toml"], timeout=30)
@@ -553,49 +585,97 @@ def _grade_in(sandbox, task, filtered, flags, protected, expected, python, timeo
     args = ["-p", "no:" + defenses.BLOCKED_PLUGINS[0]]
     for plugin in defenses.BLOCKED_PLUGINS[1:]:
         args += ["-p", f"no:{plugin}"]
-    args += [f"--rootdir={WORKSPACE}", f"--confcutdir={WORKSPACE}", "-o", "junit_family=xunit2",
-             "-o", "cache_dir=/tmp/.pytest_cache", "-q", "-rN"]
-    cfg = {"workspace": WORKSPACE, "args": args, "tests": expected, "canary_files": [canary_file],
-           "canary_names": canary_names, "canary_source": defenses.CANARY_SOURCE.format(n=nonce[12:20])}
+    args += [
+        f"--rootdir={WORKSPACE}",
+        f"--confcutdir={WORKSPACE}",
+        "-o",
+        "junit_family=xunit2",
+        "-o",
+        "cache_dir=/tmp/.pytest_cache",
+        "-q",
+        "-rN",
+    ]
+    cfg = {
+        "workspace": WORKSPACE,
+        "args": args,
+        "tests": expected,
+        "canary_files": [canary_file],
+        "canary_names": canary_names,
+        "canary_source": defenses.CANARY_SOURCE.format(n=nonce[12:20]),
+    }
+    guard_key = None
+    if behaviour_checks:
+        test_paths = sorted({*protected, canary_file, *(nid.split("::")[0] for nid in expected)})
+        cfg["guard"], guard_key = behaviour.guard_spec(test_paths, twin_tests)
     # bytecode a diff might have smuggled in (the filter drops it; belt and braces)
-    script = ("find . -name __pycache__ -prune -exec rm -rf {} + 2>/dev/null; "
-              "find . \\( -name '*.pyc' -o -name '*.pyo' \\) -delete 2>/dev/null; "
-              f'LEGORL_PYTHONPATH="${{PYTHONPATH:-}}" exec {shlex.quote(python)} -I -S -B -c "$LEGORL_RUNNER"')
-    env = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONHASHSEED": "0", "LEGORL_RUNNER": defenses.RUNNER,
-           "PYTEST_ADDOPTS": "", "PYTEST_PLUGINS": ""}
-    res = sandbox.exec(script, timeout=timeout, env=env, max_output_bytes=16_000_000,
-                       stdin=nonce + "\n" + json.dumps(cfg) + "\n")
+    script = (
+        "find . -name __pycache__ -prune -exec rm -rf {} + 2>/dev/null; "
+        "find . \\( -name '*.pyc' -o -name '*.pyo' \\) -delete 2>/dev/null; "
+        f'LEGORL_PYTHONPATH="${{PYTHONPATH:-}}" exec {shlex.quote(python)} -I -S -B -c "$LEGORL_RUNNER"'
+    )
+    env = {
+        "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+        "PYTHONHASHSEED": "0",
+        "LEGORL_RUNNER": defenses.RUNNER,
+        "PYTEST_ADDOPTS": "",
+        "PYTEST_PLUGINS": "",
+    }
+    res = sandbox.exec(
+        script, timeout=timeout, env=env, max_output_bytes=16_000_000, stdin=nonce + "\n" + json.dumps(cfg) + "\n"
+    )
     stage["test_run"] = time.monotonic() - t
     log.append(res.stderr[-3000:])
     if res.killed_from_outside:
-        return _env_failure(EnvFailureCause.SANDBOX_CRASH, res.cause or "sandbox killed from outside", flags=flags,
-                            runner_exit_code=res.exit_code)
+        return _env_failure(
+            EnvFailureCause.SANDBOX_CRASH,
+            res.cause or "sandbox killed from outside",
+            flags=flags,
+            runner_exit_code=res.exit_code,
+        )
     if res.timed_out:
         return _env_failure(EnvFailureCause.RUNNER_TIMEOUT, f"tests ran past {timeout:g}s", flags=flags)
 
     t = time.monotonic()
     run = defenses.parse_runner_output(res.stdout, nonce, canary_ids)
+    if guard_key is not None:
+        guard = behaviour.parse_guard(res.stdout, nonce, guard_key)
+        flags.extend(behaviour.guard_flags(guard, run.complete))
+        log.extend(f"guard error: {e}" for e in guard.errors[:5])
+        if twin_tests:
+            flags.extend(behaviour.twin_flags(guard.twins, {n: run.tests.get(n, "missing") for n in twin_tests}))
     if not run.complete:
         stage["parse"] = time.monotonic() - t
-        return _env_failure(EnvFailureCause.RUNNER_CRASHED, f"no report from the runner (exit {res.exit_code}"
-                            f"{'; ' + res.cause if res.cause else ''})", flags=flags, runner_exit_code=res.exit_code)
+        return _env_failure(
+            EnvFailureCause.RUNNER_CRASHED,
+            f"no report from the runner (exit {res.exit_code}{'; ' + res.cause if res.cause else ''})",
+            flags=flags,
+            runner_exit_code=res.exit_code,
+        )
     tests = {nid: run.tests.get(nid, "missing") for nid in expected}
     # Cross-checks: canaries must fail, junit must agree with the stream, exit code must agree.
     forged: list[str] = []
     bad_canaries = {c: o for c, o in run.canary.items() if o not in ("failed",)}
     # A run where nothing passed and pytest failed (e.g. the patch broke imports, so collection
     # errored and not even the canaries ran) claims nothing: missing canaries are no evidence of forgery.
-    claims_nothing = run.rc != 0 and not any(v == "passed" for v in tests.values()) and \
-        not any(o == "passed" for o in run.canary.values())
+    claims_nothing = (
+        run.rc != 0
+        and not any(v == "passed" for v in tests.values())
+        and not any(o == "passed" for o in run.canary.values())
+    )
     if claims_nothing and bad_canaries:
-        flags.append(Flag(kind="tests_not_run", severity="info",
-                          evidence={"source": "runner", "detail": f"pytest exit {run.rc}; canaries {bad_canaries}"}))
+        flags.append(
+            Flag(
+                kind="tests_not_run",
+                severity="info",
+                evidence={"source": "runner", "detail": f"pytest exit {run.rc}; canaries {bad_canaries}"},
+            )
+        )
         bad_canaries = {}
     if bad_canaries:
         forged.append(f"canary tests reported {bad_canaries}")
     junit_outcomes: dict[tuple[str, str], str] | None = None
     try:
-        junit_outcomes = parse_junit(run.junit) if run.junit.strip() else None
+        junit_outcomes = junit.parse_junit(run.junit) if run.junit.strip() else None
     except ET.ParseError as exc:
         forged.append(f"junit report unreadable: {exc}")
     if junit_outcomes is None:
@@ -603,7 +683,7 @@ def _grade_in(sandbox, task, filtered, flags, protected, expected, python, timeo
             forged.append("no junit report")
     else:
         for nid, outcome in tests.items():
-            j = _lookup(junit_outcomes, nid)
+            j = junit.lookup(junit_outcomes, nid)
             mapped = {"xfail": "skipped", "xpass": "passed"}.get(outcome, outcome)
             if (j == "passed") != (mapped == "passed"):
                 forged.append(f"junit says {j} but the stream says {outcome} for {nid}")
@@ -613,19 +693,37 @@ def _grade_in(sandbox, task, filtered, flags, protected, expected, python, timeo
     if run.tamper:
         forged.append("pytest/builtins replaced at run time: " + ", ".join(run.tamper[:8]))
     if forged:
-        flags.append(Flag(kind="forged_results", severity="blocking",
-                          evidence={"source": "runner", "detail": "; ".join(forged)[:1500]}))
+        flags.append(
+            Flag(
+                kind="forged_results",
+                severity="blocking",
+                evidence={"source": "runner", "detail": "; ".join(forged)[:1500]},
+            )
+        )
         log.append("result cross-check failed: " + "; ".join(forged))
     stage["parse"] = time.monotonic() - t
     f2p = [tests[n] == "passed" for n in task.FAIL_TO_PASS]
-    resolved = (not forged and run.rc == 1 and all(v == "passed" for v in tests.values()))
-    if run.rc in (0, 1) and not all(v == "passed" for v in tests.values()) and \
-            any(v in ("skipped", "xfail", "missing") for v in tests.values()):
-        flags.append(Flag(kind="tests_skipped_or_missing", severity="info",
-                          evidence={"source": "runner", "tests": {k: v for k, v in tests.items() if v != "passed"}}))
+    resolved = not forged and run.rc == 1 and all(v == "passed" for v in tests.values())
+    if (
+        run.rc in (0, 1)
+        and not all(v == "passed" for v in tests.values())
+        and any(v in ("skipped", "xfail", "missing") for v in tests.values())
+    ):
+        flags.append(
+            Flag(
+                kind="tests_skipped_or_missing",
+                severity="info",
+                evidence={"source": "runner", "tests": {k: v for k, v in tests.items() if v != "passed"}},
+            )
+        )
     # The exit status pytest would have given the expected tests alone (the canaries' failures discounted).
     rc = run.rc
-    if run.rc == 1 and not bad_canaries and run.finish is not None and \
-            run.finish.get("failed") == len(canary_ids) and all(v == "passed" for v in tests.values()):
+    if (
+        run.rc == 1
+        and not bad_canaries
+        and run.finish is not None
+        and run.finish.get("failed") == len(canary_ids)
+        and all(v == "passed" for v in tests.values())
+    ):
         rc = 0
     return _Outcome("ok", None, resolved, tests, rc, flags, sum(f2p) / len(f2p) if f2p else None)

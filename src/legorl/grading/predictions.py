@@ -32,33 +32,55 @@ def _no_duplicate_keys(pairs: list[tuple[str, object]]) -> dict:
 
 
 def load_predictions(path: Path) -> list[dict]:
+    """The prediction records of a ``.jsonl`` file (one object a line) or a ``.json`` file (a list of
+    objects, or an object mapping any key to one). Each needs ``instance_id`` (a non-empty string) and
+    ``model_patch`` (a string, or null: no patch); ``model_name_or_path`` is a string or null when present.
+    Anything else raises :class:`ConfigError` naming the file, the line (or record) and the field."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"predictions file {path} does not exist")
-    text = path.read_text(encoding="utf-8")
-    records: list = []
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text ({exc})") from None
+    located: list[tuple[str, object]] = []  # (where, record)
     if path.suffix == ".json":
         try:
             data = json.loads(text, object_pairs_hook=_no_duplicate_keys)
         except ConfigError as exc:
             raise ConfigError(f"{path}: {exc}") from None
-        except json.JSONDecodeError as exc:
+        except (json.JSONDecodeError, RecursionError) as exc:
             raise ConfigError(f"{path}: not valid JSON: {exc}") from None
-        records = list(data.values()) if isinstance(data, dict) else data
+        if isinstance(data, dict):
+            located = [(f"{path}: record {k!r}", v) for k, v in data.items()]
+        elif isinstance(data, list):
+            located = [(f"{path}: record {i}", v) for i, v in enumerate(data)]
+        else:
+            raise ConfigError(f"{path}: expected a list or an object of prediction records, got {type(data).__name__}")
     else:
         for n, line in enumerate(text.splitlines(), 1):
             if line.strip():
                 try:
-                    records.append(json.loads(line, object_pairs_hook=_no_duplicate_keys))
+                    located.append((f"{path}:{n}", json.loads(line, object_pairs_hook=_no_duplicate_keys)))
                 except ConfigError as exc:
                     raise ConfigError(f"{path}:{n}: {exc}") from None
-                except json.JSONDecodeError as exc:
+                except (json.JSONDecodeError, RecursionError) as exc:
                     raise ConfigError(f"{path}:{n}: not valid JSON: {exc}") from None
-    if not isinstance(records, list):
-        raise ConfigError(f"{path}: expected a list or an object of prediction records")
-    for i, r in enumerate(records):
-        if not isinstance(r, dict) or "instance_id" not in r or not isinstance(r.get("model_patch", ""), (str, type(None))):
-            raise ConfigError(f"{path}: record {i} needs 'instance_id' and 'model_patch'")
+    records = []
+    for where, r in located:
+        if not isinstance(r, dict):
+            raise ConfigError(
+                f"{where}: expected an object with 'instance_id' and 'model_patch', got {type(r).__name__}"
+            )
+        for key in ("instance_id", "model_patch"):
+            if key not in r:
+                raise ConfigError(f"{where}: field {key!r} is missing")
+        if not isinstance(r["instance_id"], str) or not r["instance_id"]:
+            raise ConfigError(f"{where}: field 'instance_id' must be a non-empty string, got {r['instance_id']!r:.60}")
+        for key in ("model_patch", "model_name_or_path"):
+            if r.get(key) is not None and not isinstance(r[key], str):
+                raise ConfigError(f"{where}: field {key!r} must be a string or null, got {type(r[key]).__name__}")
+        records.append(r)
     return records
 
 
@@ -74,30 +96,45 @@ def prediction_keys(preds: list[dict]) -> list[str]:
     ids = [(str(p["instance_id"]), _model(p)) for p in preds]
     dupes = sorted(k for k, n in Counter(ids).items() if n > 1)
     if dupes:
-        what = "; ".join(f"instance {iid!r}" + (f" from model {m!r}" if m else " (no model_name_or_path)")
-                         for iid, m in dupes)
-        raise ConfigError(f"{len(dupes)} prediction(s) appear more than once for the same (instance, model): {what}; "
-                          "keep one prediction per instance and model")
+        what = "; ".join(
+            f"instance {iid!r}" + (f" from model {m!r}" if m else " (no model_name_or_path)") for iid, m in dupes
+        )
+        raise ConfigError(
+            f"{len(dupes)} prediction(s) appear more than once for the same (instance, model): {what}; "
+            "keep one prediction per instance and model"
+        )
     if len({iid for iid, _ in ids}) == len(ids):
         return [iid for iid, _ in ids]
     keys = [f"{iid}@{m}" for iid, m in ids]
     if len(set(keys)) != len(keys):  # an '@' in an instance id or model name made two keys alike
         clash = sorted(k for k, n in Counter(keys).items() if n > 1)
-        raise ConfigError(f"predictions {', '.join(map(repr, clash))} cannot be told apart in the report "
-                          "(an '@' in an instance id or model name); rename the models")
+        raise ConfigError(
+            f"predictions {', '.join(map(repr, clash))} cannot be told apart in the report "
+            "(an '@' in an instance id or model name); rename the models"
+        )
     return keys
 
 
 def _summary(results: list[dict]) -> dict:
     total = len(results)
-    return {"total": total, "resolved": sum(r["resolved"] for r in results),
-            "reward_mean": sum(r["reward"] for r in results) / total if total else 0.0,
-            "flagged": sum(bool(r["blocking_flags"]) for r in results),
-            "env_failure": sum(r["status"] == "env_failure" for r in results)}
+    return {
+        "total": total,
+        "resolved": sum(r["resolved"] for r in results),
+        "reward_mean": sum(r["reward"] for r in results) / total if total else 0.0,
+        "flagged": sum(bool(r["blocking_flags"]) for r in results),
+        "env_failure": sum(r["status"] == "env_failure" for r in results),
+    }
 
 
-def grade_predictions(preds: list[dict], suite: str, workers: int = 2, timeout: float = 120,
-                      reward_mode: str = "binary", flagged_policy: str = "zero", backend=None) -> dict:  # noqa: ANN001
+def grade_predictions(
+    preds: list[dict],
+    suite: str,
+    workers: int = 2,
+    timeout: float = 120,
+    reward_mode: str = "binary",
+    flagged_policy: str = "zero",
+    backend=None,
+) -> dict:  # noqa: ANN001
     from legorl.grading.grader import grade
     from legorl.tasks.loader import load_suite
 
@@ -112,15 +149,29 @@ def grade_predictions(preds: list[dict], suite: str, workers: int = 2, timeout: 
         backend = BwrapBackend()
 
     def one(p: dict) -> dict:
-        r = grade(tasks[p["instance_id"]], p.get("model_patch") or "", backend, timeout=timeout,
-                  reward_mode=reward_mode, flagged_policy=flagged_policy)
+        r = grade(
+            tasks[p["instance_id"]],
+            p.get("model_patch") or "",
+            backend,
+            timeout=timeout,
+            reward_mode=reward_mode,
+            flagged_policy=flagged_policy,
+        )
         return {
-            "instance_id": p["instance_id"], "model_name_or_path": p.get("model_name_or_path"),
-            "resolved": r.resolved, "reward": r.reward, "status": r.status, "cause": r.cause, "flags": r.flags,
+            "instance_id": p["instance_id"],
+            "model_name_or_path": p.get("model_name_or_path"),
+            "resolved": r.resolved,
+            "reward": r.reward,
+            "status": r.status,
+            "cause": r.cause,
+            "flags": r.flags,
             "blocking_flags": [f.label for f in r.blocking_flags()],
-            "flag_details": [f.model_dump() for f in r.flag_details], "tests": r.tests,
-            "fail_to_pass_fraction": r.fail_to_pass_fraction, "attempts": r.attempts,
-            "duration_s": round(r.duration_s, 3)}
+            "flag_details": [f.model_dump() for f in r.flag_details],
+            "tests": r.tests,
+            "fail_to_pass_fraction": r.fail_to_pass_fraction,
+            "attempts": r.attempts,
+            "duration_s": round(r.duration_s, 3),
+        }
 
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
         graded = list(pool.map(one, preds))
@@ -128,9 +179,15 @@ def grade_predictions(preds: list[dict], suite: str, workers: int = 2, timeout: 
     by_model: dict[str, list[dict]] = {}
     for r in graded:
         by_model.setdefault(str(r["model_name_or_path"] or ""), []).append(r)
-    return {"suite": suite,
-            "keyed_by": ["instance_id"] if keys == [str(p["instance_id"]) for p in preds]
-            else ["instance_id", "model_name_or_path"],
-            "instances": results,
-            "summary": {**_summary(graded), "resolved_ids": sorted(k for k, r in results.items() if r["resolved"]),
-                        "by_model": {m: _summary(rs) for m, rs in sorted(by_model.items())}}}
+    return {
+        "suite": suite,
+        "keyed_by": ["instance_id"]
+        if keys == [str(p["instance_id"]) for p in preds]
+        else ["instance_id", "model_name_or_path"],
+        "instances": results,
+        "summary": {
+            **_summary(graded),
+            "resolved_ids": sorted(k for k, r in results.items() if r["resolved"]),
+            "by_model": {m: _summary(rs) for m, rs in sorted(by_model.items())},
+        },
+    }

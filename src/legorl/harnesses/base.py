@@ -72,6 +72,7 @@ class Harness(Protocol):
         """Read the harness's transcript and classify how it ended; never raises for the agent's failures."""
 
 
-def run_harness(harness: Harness, task: Task, sandbox: Sandbox, gateway_url: str, session_token: str,
-                budget: Budget) -> HarnessResult:
+def run_harness(
+    harness: Harness, task: Task, sandbox: Sandbox, gateway_url: str, session_token: str, budget: Budget
+) -> HarnessResult:
     return harness.collect(sandbox, harness.launch(task, sandbox, gateway_url, session_token, budget), budget)

@@ -26,9 +26,9 @@ starts "This session is being continued...").
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
-from legorl.harnesses.base import Budget, HarnessInstall, HarnessResult
+from legorl.harnesses.base import Budget, HarnessEnding, HarnessInstall, HarnessResult
 from legorl.harnesses.common import ISSUE_PLACEHOLDER, json_lines, run_program
 from legorl.sandbox.base import ExecResult, Sandbox
 from legorl.tasks.model import Task
@@ -87,8 +87,16 @@ class ClaudeCodeHarness:
 
     def command(self, budget: Budget) -> list[str]:
         """argv; the issue (:data:`ISSUE_PLACEHOLDER`) is the one operand, after ``--``."""
-        cmd = [self.binary, "-p", "--output-format", "stream-json", "--verbose",
-               "--dangerously-skip-permissions", f"--max-turns={budget.max_turns}", f"--model={self.model}"]
+        cmd = [
+            self.binary,
+            "-p",
+            "--output-format",
+            "stream-json",
+            "--verbose",
+            "--dangerously-skip-permissions",
+            f"--max-turns={budget.max_turns}",
+            f"--model={self.model}",
+        ]
         if self.tools is not None:
             cmd += [f"--tools={','.join(self.tools)}"]
         return cmd + list(self.extra_args) + ["--", ISSUE_PLACEHOLDER]
@@ -115,8 +123,14 @@ class ClaudeCodeHarness:
         return env
 
     def launch(self, task: Task, sandbox: Sandbox, gateway_url: str, session_token: str, budget: Budget) -> ExecResult:
-        return run_program(sandbox, self.command(budget), issue=task.problem_statement, budget=budget,
-                           env=self.environment(gateway_url, session_token, budget), max_output_bytes=5_000_000)
+        return run_program(
+            sandbox,
+            self.command(budget),
+            issue=task.problem_statement,
+            budget=budget,
+            env=self.environment(gateway_url, session_token, budget),
+            max_output_bytes=5_000_000,
+        )
 
     side_requests = True  # makes tool-less side calls (titles, summaries) besides the agent loop
 
@@ -131,14 +145,23 @@ class ClaudeCodeHarness:
         result = next((e for e in reversed(events) if e.get("type") == "result"), None)
         summary: dict = {}
         if result is not None:
-            summary = {k: result.get(k) for k in ("subtype", "is_error", "num_turns", "stop_reason",
-                                                  "duration_ms", "result", "usage") if k in result}
+            summary = {
+                k: result.get(k)
+                for k in ("subtype", "is_error", "num_turns", "stop_reason", "duration_ms", "result", "usage")
+                if k in result
+            }
         summary["events"] = len(events)
-        summary["compactions"] = sum(1 for e in events if e.get("type") == "system"
-                                     and e.get("subtype") == "compact_boundary")
-        summary["tool_uses"] = [c.get("name") for e in events if e.get("type") == "assistant"
-                                for c in (e.get("message") or {}).get("content") or []
-                                if isinstance(c, dict) and c.get("type") == "tool_use"]
+        summary["compactions"] = sum(
+            1 for e in events if e.get("type") == "system" and e.get("subtype") == "compact_boundary"
+        )
+        summary["tool_uses"] = [
+            c.get("name")
+            for e in events
+            if e.get("type") == "assistant"
+            for c in (e.get("message") or {}).get("content") or []
+            if isinstance(c, dict) and c.get("type") == "tool_use"
+        ]
+        ending: HarnessEnding
         if res.timed_out:
             ending = "timeout"
         elif result is None:
@@ -149,5 +172,6 @@ class ClaudeCodeHarness:
             ending = "finished"
         else:
             ending = "crashed"
-        return HarnessResult(ending=ending, exit_code=res.exit_code, transcript=res.stdout,
-                             log_tail=res.stderr[-2000:], summary=summary)
+        return HarnessResult(
+            ending=ending, exit_code=res.exit_code, transcript=res.stdout, log_tail=res.stderr[-2000:], summary=summary
+        )

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import shlex
 import sys
-from typing import Mapping
+from collections.abc import Mapping
 
 from legorl.harnesses.base import Budget, HarnessInstall, HarnessResult
 from legorl.harnesses.common import (
@@ -28,24 +28,36 @@ from legorl.harnesses.common import (
 from legorl.sandbox.base import ExecResult, Sandbox
 from legorl.tasks.model import Task
 
-DEFAULT_COMMAND = ("{python} -m legorl.harnesses.tiny_tool_agent --issue-file {issue_file} "
-                   "--max-turns {max_turns} --max-tokens {max_tokens} --model {model}")
+DEFAULT_COMMAND = (
+    "{python} -m legorl.harnesses.tiny_tool_agent --issue-file {issue_file} "
+    "--max-turns {max_turns} --max-tokens {max_tokens} --model {model}"
+)
 
 
 class CommandHarness:
     name = "command"
 
-    def __init__(self, command: str = DEFAULT_COMMAND, base_url_var: str = "OPENAI_BASE_URL",
-                 api_key_var: str | None = "OPENAI_API_KEY", env: Mapping[str, str] | None = None,
-                 dialect: str = "openai.chat", install: HarnessInstall | None = None,
-                 transcript_path: str | None = None, base_url_style: str = "v1", model: str = "policy",
-                 name: str = "command"):
+    def __init__(
+        self,
+        command: str = DEFAULT_COMMAND,
+        base_url_var: str = "OPENAI_BASE_URL",
+        api_key_var: str | None = "OPENAI_API_KEY",
+        env: Mapping[str, str] | None = None,
+        dialect: str = "openai.chat",
+        install: HarnessInstall | None = None,
+        transcript_path: str | None = None,
+        base_url_style: str = "v1",
+        model: str = "policy",
+        name: str = "command",
+    ):
         if base_url_style not in ("v1", "origin"):
             raise ValueError("base_url_style must be 'v1' or 'origin'")
         if "{token}" in command:
-            raise ValueError("the command template may not contain {token}: a secret on a command line is visible "
-                             "to every process and may be parsed as an option; read it from "
-                             f"${api_key_var or 'OPENAI_API_KEY'} or from the file {{token_file}}")
+            raise ValueError(
+                "the command template may not contain {token}: a secret on a command line is visible "
+                "to every process and may be parsed as an option; read it from "
+                f"${api_key_var or 'OPENAI_API_KEY'} or from the file {{token_file}}"
+            )
         self.command = command
         self.base_url_var = base_url_var
         self.api_key_var = api_key_var
@@ -65,10 +77,18 @@ class CommandHarness:
 
     def launch(self, task: Task, sandbox: Sandbox, gateway_url: str, session_token: str, budget: Budget) -> ExecResult:
         base_url = self._base_url(gateway_url)
-        fields = {"base_url": base_url, "token_file": TOKEN_FILE, "issue_file": ISSUE_PATH,
-                  "max_turns": budget.max_turns, "max_tokens": budget.max_tokens_per_turn,
-                  "temperature": budget.temperature, "model": self.model, "python": sys.executable,
-                  "mount": self.install.mount, "transcript": self.transcript_path or ""}
+        fields = {
+            "base_url": base_url,
+            "token_file": TOKEN_FILE,
+            "issue_file": ISSUE_PATH,
+            "max_turns": budget.max_turns,
+            "max_tokens": budget.max_tokens_per_turn,
+            "temperature": budget.temperature,
+            "model": self.model,
+            "python": sys.executable,
+            "mount": self.install.mount,
+            "transcript": self.transcript_path or "",
+        }
         cmdline = self.command.format(**{k: shlex.quote(str(v)) for k, v in fields.items()})
         env = {**self.env, self.base_url_var: base_url}
         if self.api_key_var:
@@ -76,8 +96,15 @@ class CommandHarness:
         uses_file = "{token_file}" in self.command
         if uses_file:
             env[TOKEN_ENV] = session_token  # moved into {token_file} by the launch script, then unset
-        return run_program(sandbox, ["bash", "-c", cmdline], issue=task.problem_statement, budget=budget,
-                           env=env, transcript_path=self.transcript_path, token_file=uses_file)
+        return run_program(
+            sandbox,
+            ["bash", "-c", cmdline],
+            issue=task.problem_statement,
+            budget=budget,
+            env=env,
+            transcript_path=self.transcript_path,
+            token_file=uses_file,
+        )
 
     def collect(self, sandbox: Sandbox, res: ExecResult, budget: Budget) -> HarnessResult:
         out, transcript = split_transcript(res.stdout)

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import json
 import shlex
-from typing import Mapping
+from collections.abc import Mapping
 
-from legorl.harnesses.base import Budget, HarnessResult
+from legorl.harnesses.base import Budget, HarnessEnding, HarnessResult
 from legorl.sandbox.base import WORKSPACE, ExecResult, Sandbox
 
 ISSUE_PATH = "/tmp/ISSUE.md"  # outside the repo so it never shows up in the diff
@@ -43,19 +43,35 @@ BASE_HOME_FILES: dict[str, str] = {
 
 # Variables every harness gets: no proxies, no telemetry, no update checks, no pagers or editors.
 QUIET_ENV = {
-    "NO_PROXY": "*", "no_proxy": "*", "DO_NOT_TRACK": "1", "PAGER": "cat", "GIT_PAGER": "cat",
-    "TERM": "dumb", "NO_COLOR": "1", "PYTHONUNBUFFERED": "1", "PIP_NO_INDEX": "1",
-    "npm_config_offline": "true", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+    "NO_PROXY": "*",
+    "no_proxy": "*",
+    "DO_NOT_TRACK": "1",
+    "PAGER": "cat",
+    "GIT_PAGER": "cat",
+    "TERM": "dumb",
+    "NO_COLOR": "1",
+    "PYTHONUNBUFFERED": "1",
+    "PIP_NO_INDEX": "1",
+    "npm_config_offline": "true",
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
 }
 
 
 def home_env(home: str = HARNESS_HOME) -> dict[str, str]:
     """HOME and the XDG base directories, all inside the generated home."""
-    return {"HOME": home, "XDG_CONFIG_HOME": f"{home}/.config", "XDG_DATA_HOME": f"{home}/.local/share",
-            "XDG_CACHE_HOME": f"{home}/.cache", "XDG_STATE_HOME": f"{home}/.local/state",
-            "npm_config_userconfig": f"{home}/.npmrc", "npm_config_registry": DEAD_REGISTRY,
-            "PIP_CONFIG_FILE": f"{home}/.config/pip/pip.conf", "GIT_CONFIG_GLOBAL": f"{home}/.gitconfig",
-            "GIT_CONFIG_NOSYSTEM": "1"}
+    return {
+        "HOME": home,
+        "XDG_CONFIG_HOME": f"{home}/.config",
+        "XDG_DATA_HOME": f"{home}/.local/share",
+        "XDG_CACHE_HOME": f"{home}/.cache",
+        "XDG_STATE_HOME": f"{home}/.local/state",
+        "npm_config_userconfig": f"{home}/.npmrc",
+        "npm_config_registry": DEAD_REGISTRY,
+        "PIP_CONFIG_FILE": f"{home}/.config/pip/pip.conf",
+        "GIT_CONFIG_GLOBAL": f"{home}/.gitconfig",
+        "GIT_CONFIG_NOSYSTEM": "1",
+    }
 
 
 def home_script(files: Mapping[str, str] | None = None, home: str = HARNESS_HOME, token_file: bool = False) -> str:
@@ -63,13 +79,15 @@ def home_script(files: Mapping[str, str] | None = None, home: str = HARNESS_HOME
     (paths relative to the home). With ``token_file``, the session token moves from
     ``$LEGORL_SESSION_TOKEN`` into :data:`TOKEN_FILE` (mode 0600) and the variable is unset."""
     contents = {**BASE_HOME_FILES, **(files or {})}
-    lines = [f"umask 077; mkdir -p {shlex.quote(home)}/.config {shlex.quote(home)}/.cache "
-             f"{shlex.quote(home)}/.local/share {shlex.quote(home)}/.local/state"]
+    lines = [
+        f"umask 077; mkdir -p {shlex.quote(home)}/.config {shlex.quote(home)}/.cache "
+        f"{shlex.quote(home)}/.local/share {shlex.quote(home)}/.local/state"
+    ]
     for rel, text in contents.items():
         if rel.startswith("/") or ".." in rel.split("/"):
             raise ValueError(f"harness home file {rel!r} must be a relative path inside the home")
         path = shlex.quote(f"{home}/{rel}")
-        lines.append(f"mkdir -p \"$(dirname {path})\" && printf %s {shlex.quote(text)} > {path}")
+        lines.append(f'mkdir -p "$(dirname {path})" && printf %s {shlex.quote(text)} > {path}')
     if token_file:
         q = shlex.quote(TOKEN_FILE)
         lines.append(f'mkdir -p "$(dirname {q})" && printf %s "${TOKEN_ENV}" > {q} && unset {TOKEN_ENV}')
@@ -84,8 +102,13 @@ def shell_word(arg: str) -> str:
     return ISSUE_ARG.join(shlex.quote(p) if p else "" for p in parts) if len(parts) > 1 else shlex.quote(arg)
 
 
-def launch_script(argv: list[str], transcript_path: str | None = None, pre: str = "",
-                  home_files: Mapping[str, str] | None = None, token_file: bool = False) -> str:
+def launch_script(
+    argv: list[str],
+    transcript_path: str | None = None,
+    pre: str = "",
+    home_files: Mapping[str, str] | None = None,
+    token_file: bool = False,
+) -> str:
     """A bash script: issue from stdin → ISSUE_PATH, the private config home, ``pre`` (setup lines),
     run ``argv``, dump the transcript."""
     cmd = " ".join(shell_word(a) for a in argv)
@@ -97,16 +120,31 @@ def launch_script(argv: list[str], transcript_path: str | None = None, pre: str 
     return "\n".join(line for line in lines if line)
 
 
-def run_program(sandbox: Sandbox, argv: list[str], *, issue: str, budget: Budget, env: Mapping[str, str],
-                transcript_path: str | None = None, pre: str = "", cwd: str = WORKSPACE,
-                home_files: Mapping[str, str] | None = None, token_file: bool = False,
-                max_output_bytes: int = MAX_OUTPUT) -> ExecResult:
+def run_program(
+    sandbox: Sandbox,
+    argv: list[str],
+    *,
+    issue: str,
+    budget: Budget,
+    env: Mapping[str, str],
+    transcript_path: str | None = None,
+    pre: str = "",
+    cwd: str = WORKSPACE,
+    home_files: Mapping[str, str] | None = None,
+    token_file: bool = False,
+    max_output_bytes: int = MAX_OUTPUT,
+) -> ExecResult:
     """Run ``argv`` in ``sandbox`` with the issue on stdin, the quiet variables, the private config
     home and ``env`` (which carries the session token; never put it in ``argv``)."""
     script = launch_script(argv, transcript_path, pre, home_files=home_files, token_file=token_file)
-    return sandbox.exec(["bash", "-c", script], timeout=budget.wall_clock_s,
-                        env={**QUIET_ENV, **home_env(), **env}, cwd=cwd, stdin=issue,
-                        max_output_bytes=max_output_bytes)
+    return sandbox.exec(
+        ["bash", "-c", script],
+        timeout=budget.wall_clock_s,
+        env={**QUIET_ENV, **home_env(), **env},
+        cwd=cwd,
+        stdin=issue,
+        max_output_bytes=max_output_bytes,
+    )
 
 
 def split_transcript(stdout: str) -> tuple[str, str]:
@@ -117,7 +155,7 @@ def split_transcript(stdout: str) -> tuple[str, str]:
     return head, tail if sep else ""
 
 
-def classify(res: ExecResult, finished: bool | None = None) -> tuple[str, str]:
+def classify(res: ExecResult, finished: bool | None = None) -> tuple[HarnessEnding, str]:
     """(ending, cause). ``finished``: the adapter's own reading of the transcript (None: exit code 0)."""
     if res.timed_out:
         return "timeout", res.cause or "wall-clock budget"
@@ -130,13 +168,20 @@ def classify(res: ExecResult, finished: bool | None = None) -> tuple[str, str]:
     return "budget", "step budget ended before the agent finished"
 
 
-def result(res: ExecResult, transcript: str, finished: bool | None = None, summary: dict | None = None) -> HarnessResult:
+def result(
+    res: ExecResult, transcript: str, finished: bool | None = None, summary: dict | None = None
+) -> HarnessResult:
     ending, cause = classify(res, finished)
     summary = dict(summary or {})
     if cause:
         summary.setdefault("cause", cause)
-    return HarnessResult(ending=ending, exit_code=res.exit_code, transcript=transcript,
-                         log_tail=(res.stderr[-3000:] or res.stdout[-3000:]), summary=summary)
+    return HarnessResult(
+        ending=ending,
+        exit_code=res.exit_code,
+        transcript=transcript,
+        log_tail=(res.stderr[-3000:] or res.stdout[-3000:]),
+        summary=summary,
+    )
 
 
 def json_lines(text: str) -> list[dict]:

@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Any
 
 from legorl.harnesses.base import HarnessInstall
-from legorl.settings import legorl_home
 from legorl.sandbox.images import (
     ImageBuildError,
     ImageCache,
@@ -38,6 +37,7 @@ from legorl.sandbox.images import (
     recipe_key,
     run_step,
 )
+from legorl.settings import legorl_home
 
 RECIPE_VERSION = 1
 # How many times a package manager ran in this process (tests assert the warm path adds none).
@@ -71,27 +71,32 @@ def find_python(spec: str | None) -> str:
             continue
         if os.access(real, os.X_OK):
             return str(real)
-    raise ImageBuildError(f"{name} not found on the host (PATH, ~/.pyenv/versions/{version}.*)",
-                          step="find python")
+    raise ImageBuildError(f"{name} not found on the host (PATH, ~/.pyenv/versions/{version}.*)", step="find python")
 
 
 def _python_version(py: str) -> str:
-    out = subprocess.run([py, "-c", "import sys; print('%d.%d.%d' % sys.version_info[:3])"],
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [py, "-c", "import sys; print('%d.%d.%d' % sys.version_info[:3])"], capture_output=True, text=True, timeout=60
+    )
     return out.stdout.strip()
 
 
 def install_recipe(install: HarnessInstall) -> dict[str, Any]:
-    recipe: dict[str, Any] = {"v": RECIPE_VERSION, "kind": install.kind, "packages": sorted(install.packages),
-                              "mount": install.mount}
+    recipe: dict[str, Any] = {
+        "v": RECIPE_VERSION,
+        "kind": install.kind,
+        "packages": sorted(install.packages),
+        "mount": install.mount,
+    }
     if install.kind == "pip-venv":
         py = find_python(install.python)
         recipe["python"] = {"spec": install.python, "version": _python_version(py)}
     if install.kind == "npm":
         node = shutil.which("node")
         if node:
-            recipe["node"] = subprocess.run([node, "--version"], capture_output=True, text=True,
-                                            timeout=60).stdout.strip()
+            recipe["node"] = subprocess.run(
+                [node, "--version"], capture_output=True, text=True, timeout=60
+            ).stdout.strip()
     return recipe
 
 
@@ -111,11 +116,21 @@ def _build_npm(install: HarnessInstall, dest: Path) -> dict[str, Any]:
     dest.mkdir(parents=True)
     cache = legorl_home() / "npm-cache"
     cache.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "npm_config_cache": str(cache), "npm_config_update_notifier": "false",
-           "npm_config_fund": "false", "npm_config_audit": "false"}
+    env = {
+        **os.environ,
+        "npm_config_cache": str(cache),
+        "npm_config_update_notifier": "false",
+        "npm_config_fund": "false",
+        "npm_config_audit": "false",
+    }
     _bump("npm")
-    run_step("npm install", [npm, "install", "--prefix", str(dest), "--no-audit", "--no-fund",
-                             "--no-update-notifier", *install.packages], cwd=dest, env=env, timeout=3600)
+    run_step(
+        "npm install",
+        [npm, "install", "--prefix", str(dest), "--no-audit", "--no-fund", "--no-update-notifier", *install.packages],
+        cwd=dest,
+        env=env,
+        timeout=3600,
+    )
     return {"tool": "npm"}
 
 
@@ -145,14 +160,23 @@ def _build_venv(install: HarnessInstall, dest: Path) -> dict[str, Any]:
     dest.mkdir(parents=True)
     venv = dest / "venv"
     run_step("venv", [py, "-m", "venv", str(venv)], cwd=dest, timeout=600)
-    pip_env = {**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_INPUT": "1",
-               "PIP_CACHE_DIR": str(legorl_home() / "pip-cache")}
+    pip_env = {
+        **os.environ,
+        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+        "PIP_NO_INPUT": "1",
+        "PIP_CACHE_DIR": str(legorl_home() / "pip-cache"),
+    }
     pip_env.pop("PYTHONPATH", None)
     pip_env.pop("VIRTUAL_ENV", None)
     if install.packages:
         _bump("pip")
-        run_step("pip install", [str(venv / "bin" / "python"), "-m", "pip", "install", *install.packages],
-                 cwd=dest, env=pip_env, timeout=3600)
+        run_step(
+            "pip install",
+            [str(venv / "bin" / "python"), "-m", "pip", "install", *install.packages],
+            cwd=dest,
+            env=pip_env,
+            timeout=3600,
+        )
     rewritten = _rewrite_shebangs(venv / "bin", str(venv), f"{install.mount}/venv")
     return {"tool": "pip", "python": py, "shebangs_rewritten": rewritten}
 
@@ -190,5 +214,12 @@ def layer_mounts(install: HarnessInstall, cache: ImageCache | None = None) -> tu
     return harness_mounts(install, harness_layer(install, cache))
 
 
-__all__ = ["BUILD_COUNTER", "find_python", "harness_layer", "harness_layer_key", "harness_mounts", "install_recipe",
-           "layer_mounts"]
+__all__ = [
+    "BUILD_COUNTER",
+    "find_python",
+    "harness_layer",
+    "harness_layer_key",
+    "harness_mounts",
+    "install_recipe",
+    "layer_mounts",
+]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from legorl.harnesses.base import Budget, HarnessInstall, HarnessResult
+from legorl.harnesses.base import Budget, HarnessEnding, HarnessInstall, HarnessResult
 from legorl.harnesses.common import ISSUE_PATH, last_json_line, run_program
 from legorl.sandbox.base import ExecResult, Sandbox
 from legorl.tasks.model import Task
@@ -17,22 +17,35 @@ class MinimalHarness:
 
     def launch(self, task: Task, sandbox: Sandbox, base_url: str, session_token: str, budget: Budget) -> ExecResult:
         cmd = [
-            sys.executable, "-m", "legorl.harnesses.minimal_agent",
-            f"--base-url={base_url}", f"--issue-file={ISSUE_PATH}",
-            "--root=/workspace", f"--max-turns={budget.max_turns}",
-            f"--max-tokens={budget.max_tokens_per_turn}", f"--temperature={budget.temperature}",
+            sys.executable,
+            "-m",
+            "legorl.harnesses.minimal_agent",
+            f"--base-url={base_url}",
+            f"--issue-file={ISSUE_PATH}",
+            "--root=/workspace",
+            f"--max-turns={budget.max_turns}",
+            f"--max-tokens={budget.max_tokens_per_turn}",
+            f"--temperature={budget.temperature}",
         ]
         # The token travels in the environment (the OpenAI SDK's own variable), never on argv.
-        return run_program(sandbox, cmd, issue=task.problem_statement, budget=budget,
-                           env={"OPENAI_API_KEY": session_token}, max_output_bytes=200_000)
+        return run_program(
+            sandbox,
+            cmd,
+            issue=task.problem_statement,
+            budget=budget,
+            env={"OPENAI_API_KEY": session_token},
+            max_output_bytes=200_000,
+        )
 
     def collect(self, sandbox: Sandbox, res: ExecResult, budget: Budget) -> HarnessResult:
         summary = last_json_line(res.stdout)
+        ending: HarnessEnding
         if res.timed_out:
             ending = "timeout"
         elif res.exit_code in (0, 1) and summary:
             ending = "finished" if summary.get("finish") == "tests_pass" else "budget"
         else:
             ending = "crashed"
-        return HarnessResult(ending=ending, exit_code=res.exit_code, transcript=res.stdout,
-                             log_tail=res.stderr[-2000:], summary=summary)
+        return HarnessResult(
+            ending=ending, exit_code=res.exit_code, transcript=res.stdout, log_tail=res.stderr[-2000:], summary=summary
+        )

@@ -25,6 +25,10 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, TypedDict
+
+if TYPE_CHECKING:
+    from openai.types.chat import ChatCompletionMessageParam
 
 SYSTEM_PROMPT = (
     "You fix bugs in Python files. Reply with the whole corrected file: its path on one line, "
@@ -34,11 +38,11 @@ SYSTEM_PROMPT = (
 # SmolLM2-135M at T=0.4 on trivial-001, 5/8 fixes with it versus 2/8 without.
 EXAMPLE_USER = (
     "Issue: `mathx.ops.mul(a, b)` returns the sum instead of the product: `mul(2, 3)` gives 5, "
-    "expected 6.\n\nmathx/ops.py\n```python\ndef mul(a, b):\n    \"\"\"Return a times b.\"\"\"\n"
+    'expected 6.\n\nmathx/ops.py\n```python\ndef mul(a, b):\n    """Return a times b."""\n'
     "    return a + b\n\n\ndef neg(a):\n    return -a\n```\n\nReply with the whole corrected file."
 )
 EXAMPLE_REPLY = (
-    "mathx/ops.py\n```python\ndef mul(a, b):\n    \"\"\"Return a times b.\"\"\"\n    return a * b\n\n\n"
+    'mathx/ops.py\n```python\ndef mul(a, b):\n    """Return a times b."""\n    return a * b\n\n\n'
     "def neg(a):\n    return -a\n```"
 )
 FENCE = re.compile(r"```[ \t]*([^\n`]*)\n(.*?)(?:```|\Z)", re.S)
@@ -70,7 +74,21 @@ def relevant_files(files: list[Path], issue: str, test_output: str) -> list[Path
 
 
 def is_test_path(rel: Path) -> bool:
-    return any(part in ("tests", "test") for part in rel.parts[:-1]) or rel.name.startswith("test_") or rel.name == "conftest.py"
+    return (
+        any(part in ("tests", "test") for part in rel.parts[:-1])
+        or rel.name.startswith("test_")
+        or rel.name == "conftest.py"
+    )
+
+
+class _Summary(TypedDict):
+    """The JSON line printed at the end (the harness adapter reads it)."""
+
+    turns: int
+    edits: list[str]
+    problems: list[str]
+    tests_passed: bool
+    finish: str
 
 
 def run_tests(root: Path, timeout: float) -> tuple[bool, str]:
@@ -151,13 +169,13 @@ def main(argv: list[str] | None = None) -> int:
     issue = Path(args.issue_file).read_text()
     passed, output = run_tests(root, args.test_timeout)
     files = relevant_files(source_files(root), issue, output)
-    messages = [
+    messages: list[ChatCompletionMessageParam] = [
         {"role": "system", "content": SYSTEM_PROMPT},
         {"role": "user", "content": EXAMPLE_USER},
         {"role": "assistant", "content": EXAMPLE_REPLY},
         {"role": "user", "content": first_prompt(issue, root, files)},
     ]
-    summary = {"turns": 0, "edits": [], "problems": [], "tests_passed": passed, "finish": "budget"}
+    summary: _Summary = {"turns": 0, "edits": [], "problems": [], "tests_passed": passed, "finish": "budget"}
     for _ in range(args.max_turns):
         try:
             resp = client.chat.completions.create(
@@ -183,11 +201,13 @@ def main(argv: list[str] | None = None) -> int:
             summary["finish"] = "tests_pass"
             break
         feedback = "; ".join(problems) + "\n" if problems else ""
-        messages.append({
-            "role": "user",
-            "content": f"{feedback}The tests still fail:\n```\n{output.strip()}\n```\n"
-            "Reply with the whole corrected file, its path on the line before the code block.",
-        })
+        messages.append(
+            {
+                "role": "user",
+                "content": f"{feedback}The tests still fail:\n```\n{output.strip()}\n```\n"
+                "Reply with the whole corrected file, its path on the line before the code block.",
+            }
+        )
     print(json.dumps(summary))
     return 0 if summary["tests_passed"] else 1
 

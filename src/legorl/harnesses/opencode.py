@@ -32,9 +32,9 @@ else ``crashed``.
 from __future__ import annotations
 
 import json
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
-from legorl.harnesses.base import Budget, HarnessInstall, HarnessResult
+from legorl.harnesses.base import Budget, HarnessEnding, HarnessInstall, HarnessResult
 from legorl.harnesses.common import ISSUE_PLACEHOLDER, json_lines, run_program
 from legorl.sandbox.base import ExecResult, Sandbox
 from legorl.tasks.model import Task
@@ -66,11 +66,11 @@ PRELUDE = 'mkdir -p "$XDG_CONFIG_HOME/opencode/node_modules" "$HOME/.opencode/no
 BUDGET_EVENT = "legorl_step_budget"
 WATCHDOG = (
     'o=/tmp/.legorl-opencode.out; "$@" > "$o" & pid=$!; '
-    'while kill -0 $pid 2>/dev/null; do '
+    "while kill -0 $pid 2>/dev/null; do "
     '  if [ "$(grep -c \'"type":"step_finish"\' "$o")" -ge MAX_STEPS ]; then '
-    '    kill -TERM $pid; sleep 2; kill -KILL $pid 2>/dev/null; '
+    "    kill -TERM $pid; sleep 2; kill -KILL $pid 2>/dev/null; "
     f'    echo \'{{"type":"{BUDGET_EVENT}","max_steps":MAX_STEPS}}\' >> "$o"; break; '
-    '  fi; sleep 0.2; '
+    "  fi; sleep 0.2; "
     'done; wait $pid; rc=$?; cat "$o"; exit $rc'
 )
 
@@ -126,12 +126,14 @@ class OpenCodeHarness:
         }
         cfg: dict = {
             "$schema": "https://opencode.ai/config.json",
-            "provider": {PROVIDER_ID: {
-                "npm": self.provider_npm,
-                "name": "LEGO-RL gateway",
-                "options": {"baseURL": base, "apiKey": session_token},
-                "models": {MODEL_ID: model},
-            }},
+            "provider": {
+                PROVIDER_ID: {
+                    "npm": self.provider_npm,
+                    "name": "LEGO-RL gateway",
+                    "options": {"baseURL": base, "apiKey": session_token},
+                    "models": {MODEL_ID: model},
+                }
+            },
             "model": f"{PROVIDER_ID}/{MODEL_ID}",
             "small_model": f"{PROVIDER_ID}/{MODEL_ID}",
             "enabled_providers": [PROVIDER_ID],
@@ -142,9 +144,28 @@ class OpenCodeHarness:
             "agent": {"build": {"steps": budget.max_turns}},
         }
         if self.tools is not None:
-            all_tools = ("bash", "read", "write", "edit", "glob", "grep", "list", "patch", "todowrite", "todoread",
-                         "webfetch", "task", "skill", "question", "multiedit", "apply_patch", "lsp", "websearch",
-                         "codesearch", "invalid")
+            all_tools = (
+                "bash",
+                "read",
+                "write",
+                "edit",
+                "glob",
+                "grep",
+                "list",
+                "patch",
+                "todowrite",
+                "todoread",
+                "webfetch",
+                "task",
+                "skill",
+                "question",
+                "multiedit",
+                "apply_patch",
+                "lsp",
+                "websearch",
+                "codesearch",
+                "invalid",
+            )
             cfg["tools"] = {t: (t in self.tools) for t in sorted(set(all_tools) | set(self.tools))}
         cfg.update(self.extra_config)
         return cfg
@@ -166,9 +187,16 @@ class OpenCodeHarness:
         # ``agent.build.steps`` only asks the model for a text-only answer at the last step; a model
         # that keeps calling tools keeps OpenCode going, so the watchdog stops it after one more step.
         watchdog = WATCHDOG.replace("MAX_STEPS", str(budget.max_turns + 1))
-        return run_program(sandbox, ["bash", "-c", watchdog, "opencode", *self.command()], issue=task.problem_statement,
-                           budget=budget, env=self.environment(gateway_url, session_token, budget), pre=PRELUDE,
-                           home_files=HOME_FILES, max_output_bytes=5_000_000)
+        return run_program(
+            sandbox,
+            ["bash", "-c", watchdog, "opencode", *self.command()],
+            issue=task.problem_statement,
+            budget=budget,
+            env=self.environment(gateway_url, session_token, budget),
+            pre=PRELUDE,
+            home_files=HOME_FILES,
+            max_output_bytes=5_000_000,
+        )
 
     side_requests = True  # makes tool-less side calls (titles, summaries) besides the agent loop
 
@@ -183,14 +211,18 @@ class OpenCodeHarness:
         steps = [e for e in events if e.get("type") == "step_finish"]
         errors = [e for e in events if e.get("type") == "error"]
         tool_uses = [(e.get("part") or {}).get("tool") for e in events if e.get("type") == "tool_use"]
-        last_reason = ((steps[-1].get("part") or {}).get("reason") if steps else None)
+        last_reason = (steps[-1].get("part") or {}).get("reason") if steps else None
         summary = {
-            "events": len(events), "steps": len(steps), "tool_uses": tool_uses, "last_reason": last_reason,
+            "events": len(events),
+            "steps": len(steps),
+            "tool_uses": tool_uses,
+            "last_reason": last_reason,
             "errors": [json.dumps(e.get("error"))[:500] for e in errors],
             "text": "".join((e.get("part") or {}).get("text") or "" for e in events if e.get("type") == "text")[-2000:],
         }
         stopped = any(e.get("type") == BUDGET_EVENT for e in events)
         summary["stopped_by_step_budget"] = stopped
+        ending: HarnessEnding
         if res.timed_out:
             ending = "timeout"
         elif stopped:
@@ -203,5 +235,6 @@ class OpenCodeHarness:
             ending = "budget"  # the step budget, or the per-call token budget cut the answer and OpenCode stopped
         else:
             ending = "crashed"
-        return HarnessResult(ending=ending, exit_code=res.exit_code, transcript=res.stdout,
-                             log_tail=res.stderr[-2000:], summary=summary)
+        return HarnessResult(
+            ending=ending, exit_code=res.exit_code, transcript=res.stdout, log_tail=res.stderr[-2000:], summary=summary
+        )

@@ -26,33 +26,64 @@ class OpenHandsHarness:
     name = "openhands"
     dialect = "openai.chat"
 
-    def __init__(self, tools: tuple[str, ...] | list[str] | str = ("terminal",), version: str = VERSION,
-                 python: str = "python3.12", max_input_tokens: int = 0, model: str = "policy",
-                 llm_timeout_s: int = 1800):
+    def __init__(
+        self,
+        tools: tuple[str, ...] | list[str] | str = ("terminal",),
+        version: str = VERSION,
+        python: str = "python3.12",
+        max_input_tokens: int = 0,
+        model: str = "policy",
+        llm_timeout_s: int = 1800,
+    ):
         self.tools = tuple(tools.split(",")) if isinstance(tools, str) else tuple(tools)
-        self.install = HarnessInstall(kind="pip-venv", python=python,
-                                      packages=(f"openhands-sdk=={version}", f"openhands-tools=={version}"))
+        self.install = HarnessInstall(
+            kind="pip-venv", python=python, packages=(f"openhands-sdk=={version}", f"openhands-tools=={version}")
+        )
         self.max_input_tokens = max_input_tokens
         self.model = model
         self.llm_timeout_s = llm_timeout_s  # LiteLLM's per-call timeout (its default is too short for CPU engines)
 
     def env(self, token: str) -> dict[str, str]:
-        return {"LEGORL_API_KEY": token, "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-                "LITELLM_TELEMETRY": "False", "LITELLM_LOG": "ERROR", "OPENHANDS_SUPPRESS_BANNER": "1",
-                "OH_ENABLE_TELEMETRY": "false", "LMNR_PROJECT_API_KEY": "", "OTEL_SDK_DISABLED": "true",
-                "TOKENIZERS_PARALLELISM": "false"}
+        return {
+            "LEGORL_API_KEY": token,
+            "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+            "LITELLM_TELEMETRY": "False",
+            "LITELLM_LOG": "ERROR",
+            "OPENHANDS_SUPPRESS_BANNER": "1",
+            "OH_ENABLE_TELEMETRY": "false",
+            "LMNR_PROJECT_API_KEY": "",
+            "OTEL_SDK_DISABLED": "true",
+            "TOKENIZERS_PARALLELISM": "false",
+        }
 
     def argv(self, gateway_url: str, budget: Budget) -> list[str]:
         # values attached to their options: none can be taken for an option; the token is in the env
-        return [f"{self.install.mount}/venv/bin/python", "-I", str(DRIVER), f"--base-url={gateway_url}",
-                f"--model={self.model}", f"--issue-file={ISSUE_PATH}", "--workspace=/workspace",
-                f"--max-steps={budget.max_turns}", f"--max-tokens={budget.max_tokens_per_turn}",
-                f"--max-input-tokens={self.max_input_tokens}", f"--temperature={budget.temperature}",
-                f"--tools={','.join(self.tools)}", f"--llm-timeout={self.llm_timeout_s}", f"--out={TRANSCRIPT}"]
+        return [
+            f"{self.install.mount}/venv/bin/python",
+            "-I",
+            str(DRIVER),
+            f"--base-url={gateway_url}",
+            f"--model={self.model}",
+            f"--issue-file={ISSUE_PATH}",
+            "--workspace=/workspace",
+            f"--max-steps={budget.max_turns}",
+            f"--max-tokens={budget.max_tokens_per_turn}",
+            f"--max-input-tokens={self.max_input_tokens}",
+            f"--temperature={budget.temperature}",
+            f"--tools={','.join(self.tools)}",
+            f"--llm-timeout={self.llm_timeout_s}",
+            f"--out={TRANSCRIPT}",
+        ]
 
     def launch(self, task: Task, sandbox: Sandbox, gateway_url: str, session_token: str, budget: Budget) -> ExecResult:
-        return run_program(sandbox, self.argv(gateway_url, budget), issue=task.problem_statement, budget=budget,
-                           env=self.env(session_token), transcript_path=TRANSCRIPT)
+        return run_program(
+            sandbox,
+            self.argv(gateway_url, budget),
+            issue=task.problem_statement,
+            budget=budget,
+            env=self.env(session_token),
+            transcript_path=TRANSCRIPT,
+        )
 
     def collect(self, sandbox: Sandbox, res: ExecResult, budget: Budget) -> HarnessResult:
         out, transcript = split_transcript(res.stdout)
@@ -70,6 +101,7 @@ class OpenHandsHarness:
     def scripted_replies(self, shell_command: str) -> list[str]:
         from legorl.harnesses.scripted import tool_call
 
-        return [tool_call("terminal", {"command": shell_command, "security_risk": "LOW",
-                                       "summary": "apply the fix"}),
-                tool_call("finish", {"message": "Fixed the bug.", "summary": "done"})]
+        return [
+            tool_call("terminal", {"command": shell_command, "security_risk": "LOW", "summary": "apply the fix"}),
+            tool_call("finish", {"message": "Fixed the bug.", "summary": "done"}),
+        ]

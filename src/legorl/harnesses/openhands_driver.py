@@ -39,27 +39,43 @@ def main(argv: list[str] | None = None) -> int:
         wanted = [t.strip() for t in args.tools.split(",") if t.strip()]
         if "terminal" in wanted:
             from openhands.tools.terminal import TerminalTool
+
             registry["terminal"] = Tool(name=TerminalTool.name, params={"terminal_type": "subprocess"})
         if "file_editor" in wanted:
             from openhands.tools.file_editor import FileEditorTool
+
             registry["file_editor"] = Tool(name=FileEditorTool.name)
         if "task_tracker" in wanted:
             from openhands.tools.task_tracker import TaskTrackerTool
+
             registry["task_tracker"] = Tool(name=TaskTrackerTool.name)
         unknown = set(wanted) - set(registry)
         if unknown:
             raise SystemExit(f"unknown tools {sorted(unknown)}")
-        llm_kwargs = dict(model=f"openai/{args.model}", base_url=args.base_url,
-                          api_key=SecretStr(os.environ.get("LEGORL_API_KEY", "none")), usage_id="agent",
-                          num_retries=0, temperature=args.temperature, max_output_tokens=args.max_tokens,
-                          caching_prompt=False, native_tool_calling=True, timeout=args.llm_timeout)
+        llm_kwargs = dict(
+            model=f"openai/{args.model}",
+            base_url=args.base_url,
+            api_key=SecretStr(os.environ.get("LEGORL_API_KEY", "none")),
+            usage_id="agent",
+            num_retries=0,
+            temperature=args.temperature,
+            max_output_tokens=args.max_tokens,
+            caching_prompt=False,
+            native_tool_calling=True,
+            timeout=args.llm_timeout,
+        )
         if args.max_input_tokens:
             llm_kwargs["max_input_tokens"] = args.max_input_tokens
         llm = LLM(**llm_kwargs)
         agent = Agent(llm=llm, tools=[registry[t] for t in wanted])
         issue = open(args.issue_file, encoding="utf-8").read()
-        conv = Conversation(agent=agent, workspace=args.workspace, max_iteration_per_run=args.max_steps,
-                            visualizer=None, persistence_dir=None)
+        conv = Conversation(
+            agent=agent,
+            workspace=args.workspace,
+            max_iteration_per_run=args.max_steps,
+            visualizer=None,
+            persistence_dir=None,
+        )
         try:
             conv.send_message(issue)
             conv.run()

@@ -39,8 +39,9 @@ def harness_class(name: str) -> type:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
         if exc.name == module_name:
-            raise UnknownHarnessError(f"harness {name!r} is registered but its adapter {module_name} "
-                                      "is not available in this checkout") from None
+            raise UnknownHarnessError(
+                f"harness {name!r} is registered but its adapter {module_name} is not available in this checkout"
+            ) from None
         raise
     try:
         return getattr(module, class_name)

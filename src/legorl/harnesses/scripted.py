@@ -20,8 +20,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from legorl.diffs import touched_paths
 from legorl.engines.scripted import Policy, replies_in_order
-from legorl.grading.grader import split_diff
 
 
 def tool_call(name: str, arguments: dict[str, Any]) -> str:
@@ -34,14 +34,19 @@ def _patched_files(task: Any) -> dict[str, bytes]:
     with tempfile.TemporaryDirectory(prefix="legorl-gold-") as tmp:
         work = Path(tmp) / "repo"
         shutil.copytree(src, work, symlinks=True, ignore=shutil.ignore_patterns(".git", "__pycache__"))
-        subprocess.run(["git", "apply", "--whitespace=nowarn", "-"], cwd=work, input=task.patch.encode(),
-                       check=True, capture_output=True, timeout=60)
+        subprocess.run(
+            ["git", "apply", "--whitespace=nowarn", "-"],
+            cwd=work,
+            input=task.patch.encode(),
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
         out: dict[str, bytes] = {}
-        for fp in split_diff(task.patch):
-            for rel in fp.paths:
-                p = work / rel
-                if p.is_file():
-                    out[rel] = p.read_bytes()
+        for rel in touched_paths(task.patch):
+            p = work / rel
+            if p.is_file():
+                out[rel] = p.read_bytes()
         return out
 
 
@@ -50,10 +55,14 @@ def fix_command(task: Any, wrong: bool = False) -> str:
     files = _patched_files(task)
     if wrong:
         files = {rel: (Path(task.source_dir) / rel).read_bytes() + b"\n# attempted fix\n" for rel in files}
-    payload = base64.b64encode(json.dumps({k: base64.b64encode(v).decode() for k, v in files.items()}).encode()).decode()
-    return ("python3 -c \"import base64,json,pathlib;"
-            f"[pathlib.Path('/workspace',k).write_bytes(base64.b64decode(v)) for k,v in json.loads(base64.b64decode('{payload}')).items()]\""
-            " && echo fixed")
+    payload = base64.b64encode(
+        json.dumps({k: base64.b64encode(v).decode() for k, v in files.items()}).encode()
+    ).decode()
+    return (
+        'python3 -c "import base64,json,pathlib;'
+        f"[pathlib.Path('/workspace',k).write_bytes(base64.b64decode(v)) for k,v in json.loads(base64.b64decode('{payload}')).items()]\""
+        " && echo fixed"
+    )
 
 
 def fix_files(task: Any, wrong: bool = False) -> dict[str, str]:
@@ -70,8 +79,10 @@ def gold_policy(harness: Any, task: Any, wrong: bool = False) -> Policy:
         blocks = "\n".join(f"{rel}\n```python\n{text}```" for rel, text in fix_files(task, wrong).items())
         replies = [f"Here is the fix.\n{blocks}\n"]
     if replies is None:
-        raise ValueError(f"harness {getattr(harness, 'name', harness)!r} has no scripted_replies(); "
-                         "cannot script a gold policy for it")
+        raise ValueError(
+            f"harness {getattr(harness, 'name', harness)!r} has no scripted_replies(); "
+            "cannot script a gold policy for it"
+        )
     scripted = replies_in_order(*replies, fallback=replies[-1])
     if not getattr(harness, "side_requests", False):
         return scripted

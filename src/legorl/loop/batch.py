@@ -1,12 +1,16 @@
-"""Rollouts → a training batch: drop what must not train, normalise rewards within groups."""
+"""Rollouts → a training batch: drop what must not train, normalise rewards within groups.
+
+Truncated rollouts (cut by the turn or token budget) follow ``trainer.truncated``: see
+:mod:`legorl.loop.truncation`."""
 
 from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from legorl.trajectory.records import Rollout, Sample
+from legorl.loop.truncation import is_truncated
 from legorl.training.gspo import group_advantages
+from legorl.trajectory.records import Rollout, Sample
 
 # Statuses whose reward says something about the policy. Env failures and our own harness
 # crashes are infrastructure: they are kept out of the gradient, not scored as zeros.
@@ -21,11 +25,17 @@ class Batch:
     groups_total: int = 0
     groups_with_signal: int = 0
     dropped: dict[str, int] = field(default_factory=dict)
+    truncated: int = 0  # valid rollouts cut by their budget (whatever the policy did with them)
 
 
-def assemble_batch(rollouts: list[Rollout], flagged_policy: str = "zero") -> Batch:
+def assemble_batch(
+    rollouts: list[Rollout], flagged_policy: str = "zero", truncated_policy: str = "keep", truncated_reward: float = 0.0
+) -> Batch:
     by_task: dict[str, list[Rollout]] = defaultdict(list)
     dropped: dict[str, int] = defaultdict(int)
+    masked: set[int] = set()  # by identity: rollout ids need not be unique here
+    rewards: dict[int, float] = {}
+    truncated = 0
     for r in rollouts:
         if r.status not in TRAINABLE_STATUSES:
             dropped[r.status] += 1
@@ -33,16 +43,28 @@ def assemble_batch(rollouts: list[Rollout], flagged_policy: str = "zero") -> Bat
         if r.flags and flagged_policy == "drop":
             dropped["flagged"] += 1
             continue
+        reward = r.reward
+        if is_truncated(r):
+            truncated += 1
+            if truncated_policy == "drop":
+                dropped["truncated"] += 1
+                continue
+            if truncated_policy == "mask":
+                masked.add(id(r))
+            elif truncated_policy == "penalize":
+                reward = truncated_reward
+        rewards[id(r)] = reward
         by_task[r.task_id].append(r)
-    batch = Batch(samples=[], groups_total=len(by_task), dropped=dict(dropped))
+    batch = Batch(samples=[], groups_total=len(by_task), dropped=dict(dropped), truncated=truncated)
     for group in by_task.values():
-        advs = group_advantages([r.reward for r in group])
+        advs = group_advantages([rewards[id(r)] for r in group])
         if advs is None:  # no variance or too few valid rollouts: no gradient from this group
             batch.monitor.extend(s for r in group for s in r.samples)
             continue
         batch.groups_with_signal += 1
         for r, a in zip(group, advs):
             for s in r.samples:
-                s.reward, s.advantage = r.reward, a
-                batch.samples.append(s)
+                s.reward, s.advantage = rewards[id(r)], a
+                # masked: in the baseline above, but no gradient (scored for fidelity only)
+                (batch.monitor if id(r) in masked else batch.samples).append(s)
     return batch

@@ -20,6 +20,7 @@ import asyncio
 import time
 import uuid
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from legorl.config import GradingConfig
 from legorl.errors import SandboxError
@@ -29,6 +30,7 @@ from legorl.grading.grader import grade
 from legorl.grading.monitor import RolloutMonitor, check_isolation
 from legorl.harnesses.base import Budget, Harness, HarnessResult, run_harness
 from legorl.harnesses.install import harness_layer, harness_mounts
+from legorl.loop.truncation import truncation_flag
 from legorl.sandbox.base import SandboxBackend, SandboxSpec
 from legorl.tasks.model import Task
 from legorl.trajectory.builder import build_samples
@@ -66,8 +68,15 @@ async def run_rollout(ctx: RolloutContext, task: Task, step: int = 0, group_inde
     rollout_id = f"r-{uuid.uuid4().hex[:12]}"
     token = ctx.gateway.open_session(rollout_id, budget=session_budget(ctx))
     session_id = ctx.gateway.sessions.session_id(token)
-    rollout = Rollout(rollout_id=rollout_id, session_id=session_id, task_id=task.instance_id,
-                      harness=ctx.harness.name, sandbox=ctx.backend.name, step=step, group_index=group_index)
+    rollout = Rollout(
+        rollout_id=rollout_id,
+        session_id=session_id,
+        task_id=task.instance_id,
+        harness=ctx.harness.name,
+        sandbox=ctx.backend.name,
+        step=step,
+        group_index=group_index,
+    )
     t0 = time.perf_counter()
     try:
         await _run_in_sandbox(ctx, task, token, rollout)
@@ -93,11 +102,17 @@ async def _run_in_sandbox(ctx: RolloutContext, task: Task, token: str, rollout: 
             layer.lease.release()
 
 
-async def _run_with_layers(ctx: RolloutContext, task: Task, token: str, rollout: Rollout,
-                           layers: tuple[tuple[str, str], ...]) -> None:
-    spec = SandboxSpec(source_dir=task.source_dir, gateway_socket=ctx.gateway_socket,
-                       gateway_port=GATEWAY_PORT_IN_SANDBOX, memory_mb=ctx.memory_mb, max_pids=ctx.max_pids,
-                       extra_layers=layers)
+async def _run_with_layers(
+    ctx: RolloutContext, task: Task, token: str, rollout: Rollout, layers: tuple[tuple[str, str], ...]
+) -> None:
+    spec = SandboxSpec(
+        source_dir=task.source(),
+        gateway_socket=Path(ctx.gateway_socket),
+        gateway_port=GATEWAY_PORT_IN_SANDBOX,
+        memory_mb=ctx.memory_mb,
+        max_pids=ctx.max_pids,
+        extra_layers=layers,
+    )
     try:
         sandbox = await asyncio.to_thread(ctx.backend.create, spec)
     except SandboxError as exc:
@@ -117,8 +132,13 @@ async def _run_with_layers(ctx: RolloutContext, task: Task, token: str, rollout:
         except SandboxError:
             raise
         except Exception as exc:  # noqa: BLE001 - an adapter bug is this rollout's failure, not the run's
-            result = HarnessResult(ending="crashed", exit_code=None, transcript="",
-                                   log_tail=f"adapter raised {exc!r}", summary={"cause": f"adapter raised {exc!r}"})
+            result = HarnessResult(
+                ending="crashed",
+                exit_code=None,
+                transcript="",
+                log_tail=f"adapter raised {exc!r}",
+                summary={"cause": f"adapter raised {exc!r}"},
+            )
         finally:
             monitor.stop(sandbox)
         rollout.harness_exit_code = result.exit_code
@@ -149,17 +169,34 @@ async def _run_with_layers(ctx: RolloutContext, task: Task, token: str, rollout:
     rollout.flags = list(dict.fromkeys(f.label for f in during if f.severity == "blocking"))
     if result.ending == "crashed":
         detail = result.summary.get("cause") if isinstance(result.summary, dict) else None
-        rollout.status, rollout.cause = "harness_error", f"harness exit code {result.exit_code}" + (
-            f": {detail}" if detail else "")
+        rollout.status, rollout.cause = (
+            "harness_error",
+            f"harness exit code {result.exit_code}" + (f": {detail}" if detail else ""),
+        )
         return
     g = ctx.grading
     try:
         report = await asyncio.to_thread(
-            lambda: grade(task, rollout.diff, ctx.backend, g.timeout_s, extra_flags=during,
-                          flagged_policy=g.flagged_policy, reward_mode=g.reward_mode, retries=g.retries))
+            lambda: grade(
+                task,
+                rollout.diff,
+                ctx.backend,
+                g.timeout_s,
+                extra_flags=during,
+                flagged_policy=g.flagged_policy,
+                reward_mode=g.reward_mode,
+                retries=g.retries,
+            )
+        )
     except SandboxError as exc:
-        report = GraderReport(resolved=False, reward=0.0, status="env_failure", cause=f"grader: {exc}",
-                              flag_details=during, flags=[f.label for f in during])
+        report = GraderReport(
+            resolved=False,
+            reward=0.0,
+            status="env_failure",
+            cause=f"grader: {exc}",
+            flag_details=during,
+            flags=[f.label for f in during],
+        )
     rollout.grader = report
     # Rollout.flags: the blocking flags only (what flagged_policy acts on); flag_details: all of them.
     rollout.flag_details = list(report.flag_details)
@@ -169,6 +206,9 @@ async def _run_with_layers(ctx: RolloutContext, task: Task, token: str, rollout:
         return
     rollout.reward = report.reward
     rollout.status = "timeout" if result.ending == "timeout" else "ok"
+    cut = truncation_flag(result.ending, turns)
+    if cut is not None:  # what trainer.truncated acts on (legorl.loop.truncation)
+        rollout.flag_details.append(cut)
     causes = []
     if result.ending == "timeout":
         causes.append(f"harness ran past {ctx.budget.wall_clock_s:.0f}s")

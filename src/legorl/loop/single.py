@@ -11,14 +11,15 @@ resolved config go to ``cfg.run_dir``; the host-side strace of the harness to ``
 
 from __future__ import annotations
 
-import re
 import tempfile
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from legorl.config import RunConfig
+from legorl.grading import strace
 from legorl.loop.rollout import GATEWAY_PORT_IN_SANDBOX, run_rollout
 from legorl.loop.stack import build_harness, open_gateway_stack, rollout_context, sandbox_backend
 from legorl.sandbox.base import SandboxBackend
@@ -32,8 +33,9 @@ SINGLE_ROLLOUT_DEFAULTS: dict[str, object] = {"rollout.max_turns": 6, "rollout.w
 SCRIPTED_DEFAULTS: dict[str, object] = {"rollout.max_tokens_per_turn": 4096}
 
 
-def single_rollout_config(config: Path | str | None = None, overrides: Mapping[str, object] | None = None, *,
-                          engine: str = "scripted-gold") -> RunConfig:
+def single_rollout_config(
+    config: Path | str | None = None, overrides: Mapping[str, object] | None = None, *, engine: str = "scripted-gold"
+) -> RunConfig:
     """The RunConfig ``legorl rollout`` runs: the config file as written (without one:
     SINGLE_ROLLOUT_DEFAULTS, and SCRIPTED_DEFAULTS for a scripted engine), then ``overrides``
     (dotted keys; None values are skipped). ``run_dir``: the overrides', else the file's when it
@@ -59,51 +61,33 @@ class SingleRollout:
     def summary(self) -> dict[str, Any]:
         r = self.rollout
         align = Counter(e.kind for s in r.samples for e in s.alignment_events)
-        return {"rollout_id": r.rollout_id, "harness": r.harness, "task": r.task_id, "status": r.status,
-                "cause": r.cause, "reward": r.reward, "turns": sum(len(s.turn_indices) for s in r.samples),
-                "samples": len(r.samples), "alignment": dict(align), "flags": r.flags,
-                "harness_exit_code": r.harness_exit_code, "duration_s": round(r.duration_s, 2),
-                "connects": sorted(set(self.connects)), "foreign_connects": foreign_connects(self.connects),
-                "run_dir": str(self.run_dir) if self.run_dir else None}
-
-
-_CONNECT = re.compile(r"connect\(\d+(?:<[^>]*>)?, \{(sa_family=[^}]*)\}")
-
-
-def connects_from_trace(text: str) -> list[str]:
-    """Every ``connect`` target in an strace log: ``AF_INET 127.0.0.1:8000``, ``AF_UNIX <path>``."""
-    out = []
-    for line in text.splitlines():
-        if "connect(" not in line or "resumed>" in line and "sa_family" not in line:
-            continue
-        m = _CONNECT.search(line)
-        if not m:
-            if re.search(r"\bconnect\(", line):
-                out.append("UNPARSED " + line.strip()[:200])
-            continue
-        addr = m.group(1)
-        fam = re.search(r"sa_family=(\w+)", addr).group(1)
-        if fam == "AF_UNIX":
-            p = re.search(r'sun_path=(@?"[^"]*"|[^,}]*)', addr)
-            out.append(f"AF_UNIX {p.group(1) if p else ''}")
-        elif fam in ("AF_INET", "AF_INET6"):
-            port = re.search(r"sin6?_port=htons\((\d+)\)", addr)
-            ip = re.search(r'inet_addr\("([^"]+)"\)|inet_pton\(AF_INET6?, "([^"]+)"', addr)
-            host = (ip.group(1) or ip.group(2)) if ip else "?"
-            out.append(f"{fam} {host}:{port.group(1) if port else '?'}")
-        else:
-            out.append(fam)
-    return out
+        return {
+            "rollout_id": r.rollout_id,
+            "harness": r.harness,
+            "task": r.task_id,
+            "status": r.status,
+            "cause": r.cause,
+            "reward": r.reward,
+            "turns": sum(len(s.turn_indices) for s in r.samples),
+            "samples": len(r.samples),
+            "alignment": dict(align),
+            "flags": r.flags,
+            "harness_exit_code": r.harness_exit_code,
+            "duration_s": round(r.duration_s, 2),
+            "connects": sorted(set(self.connects)),
+            "foreign_connects": foreign_connects(self.connects),
+            "run_dir": str(self.run_dir) if self.run_dir else None,
+        }
 
 
 def foreign_connects(connects: list[str], port: int = GATEWAY_PORT_IN_SANDBOX) -> list[str]:
-    """Connects to anything but the gateway (``127.0.0.1:<port>`` inside) or a Unix socket."""
-    ok = {f"AF_INET 127.0.0.1:{port}", f"AF_INET6 ::ffff:127.0.0.1:{port}", f"AF_INET6 ::1:{port}"}
-    return [c for c in connects if not (c in ok or c.startswith("AF_UNIX"))]
+    """Connects to anything but the gateway (a loopback address at ``port`` inside) or a Unix socket."""
+    return strace.foreign_connects(connects, port)
 
 
-async def rollout_once(cfg: RunConfig, task_id: str, *, engine: str = "scripted-gold",
-                       backend: SandboxBackend | None = None) -> SingleRollout:
+async def rollout_once(
+    cfg: RunConfig, task_id: str, *, engine: str = "scripted-gold", backend: SandboxBackend | None = None
+) -> SingleRollout:
     """One rollout of ``cfg.rollout.harness`` on ``task_id``. ``backend``: a sandbox backend other
     than the one ``cfg.sandbox`` describes (benchmarks with a private image cache)."""
     if engine not in ENGINES:
@@ -122,16 +106,21 @@ async def rollout_once(cfg: RunConfig, task_id: str, *, engine: str = "scripted-
 
         tok = load_smollm2_gguf_tokenizer()
         # a scripted "model" may need a long context: the harness's own prompts are not ours to cut
-        scripted = ScriptedEngine(tok, gold_policy(harness, task, wrong=engine == "scripted-wrong"),
-                                  max_context=262144)
+        scripted = ScriptedEngine(tok, gold_policy(harness, task, wrong=engine == "scripted-wrong"), max_context=262144)
     trace_dir = run_dir / "traces"
     trace_dir.mkdir(exist_ok=True)
-    async with open_gateway_stack(cfg.engine, rollout=cfg.rollout, run_dir=run_dir, engine_instance=scripted,
-                                  tokenizer=tok) as stack:
+    async with open_gateway_stack(
+        cfg.engine, rollout=cfg.rollout, run_dir=run_dir, engine_instance=scripted, tokenizer=tok
+    ) as stack:
         ctx = rollout_context(cfg, stack, backend, harness, trace_dir=trace_dir)
         rollout = await run_rollout(ctx, task)
-        stack.store.append_rollout(rollout)
+        stack.run_store().append_rollout(rollout)
     traces = sorted(trace_dir.glob("*.strace"))
     text = "".join(p.read_text(errors="replace") for p in traces)
-    return SingleRollout(rollout, connects_from_trace(text), traces[0] if traces else None,
-                         list(scripted.prompts) if scripted is not None else [], run_dir)
+    return SingleRollout(
+        rollout,
+        strace.connects_from_trace(text),
+        traces[0] if traces else None,
+        list(scripted.prompts) if scripted is not None else [],
+        run_dir,
+    )

@@ -25,9 +25,10 @@ import contextlib
 import shutil
 import signal
 import tempfile
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, AsyncIterator, Callable
+from typing import TYPE_CHECKING, Any
 
 from legorl.config import BwrapSandboxConfig, EngineConfig, PodmanSandboxConfig, RolloutConfig, RunConfig
 from legorl.errors import ConfigError
@@ -51,13 +52,13 @@ _MAX_SOCKET_PATH = 100
 
 @dataclass
 class GatewayStack:
-    engine: "Engine"
+    engine: Engine
     tokenizer: Any
-    renderer: "ChatTemplateRenderer"
-    sessions: "SessionRegistry"
-    store: "RunStore | None"
-    gateway: "Gateway"
-    server: "GatewayServer"
+    renderer: ChatTemplateRenderer
+    sessions: SessionRegistry
+    store: RunStore | None
+    gateway: Gateway
+    server: GatewayServer
     model_path: Path | None  # the resolved model directory (None when an engine instance was passed)
     socket_dir: Path | None
 
@@ -70,15 +71,27 @@ class GatewayStack:
     def base_url(self) -> str:
         return self.server.base_url
 
+    def run_store(self) -> RunStore:
+        """The run store (the stack was opened with a ``run_dir``)."""
+        if self.store is None:
+            raise ConfigError("this gateway stack has no run store: open it with run_dir=...")
+        return self.store
 
-def training_sampling(rollout: RolloutConfig) -> "SamplingPolicy":
+    def served_model_path(self) -> Path:
+        """The model directory the engine was loaded from (the stack loaded the engine itself)."""
+        if self.model_path is None:
+            raise ConfigError("this gateway stack serves an engine instance: there is no model directory to load")
+        return self.model_path
+
+
+def training_sampling(rollout: RolloutConfig) -> SamplingPolicy:
     """The sampling the trainer assumes: the gateway applies it whatever the harness asks for."""
     from legorl.gateway.app import SamplingPolicy
 
     return SamplingPolicy(temperature=rollout.temperature, max_tokens=rollout.max_tokens_per_turn)
 
 
-def load_engine(cfg: EngineConfig) -> tuple["Engine", Path]:
+def load_engine(cfg: EngineConfig) -> tuple[Engine, Path]:
     """The engine ``cfg`` names and the model directory it loaded."""
     if cfg.type != "embedded":  # the config's Literal admits only what is built here
         raise ConfigError(f"engine type {cfg.type!r} is not available (have: embedded)")
@@ -103,7 +116,7 @@ async def open_gateway_stack(
     *,
     rollout: RolloutConfig | None = None,
     run_dir: str | Path | None = None,
-    engine_instance: "Engine | None" = None,
+    engine_instance: Engine | None = None,
     tokenizer: Any = None,
     model_name: str | None = None,
     default_max_tokens: int = 1024,
@@ -138,13 +151,20 @@ async def open_gateway_stack(
         renderer = ChatTemplateRenderer(tok)
         sessions = SessionRegistry()
         store = RunStore(run_dir, fsync=fsync) if run_dir is not None else None
-        gateway = Gateway(eng, renderer, sessions, store, model_name or engine.model,
-                          default_max_tokens=default_max_tokens,
-                          sampling_policy=training_sampling(rollout) if rollout is not None else None)
+        gateway = Gateway(
+            eng,
+            renderer,
+            sessions,
+            store,
+            model_name or engine.model,
+            default_max_tokens=default_max_tokens,
+            sampling_policy=training_sampling(rollout) if rollout is not None else None,
+        )
         if unix_socket:
             socket_dir = _socket_dir()
-        server = GatewayServer(gateway, port=port, uds=str(socket_dir / "gw.sock") if socket_dir else None,
-                               log_level=log_level)
+        server = GatewayServer(
+            gateway, port=port, uds=str(socket_dir / "gw.sock") if socket_dir else None, log_level=log_level
+        )
         async with server:
             yield GatewayStack(eng, tok, renderer, sessions, store, gateway, server, model_path, socket_dir)
     finally:
@@ -157,9 +177,16 @@ async def open_gateway_stack(
                 shutil.rmtree(socket_dir, ignore_errors=True)
 
 
-def serve_gateway(engine: EngineConfig, *, port: int | None = 8000, run_dir: str | Path | None = None,
-                  token: str | None = None, rollout_id: str = "cli", log_level: str = "info",
-                  print_fn: Callable[[str], Any] = print) -> None:
+def serve_gateway(
+    engine: EngineConfig,
+    *,
+    port: int | None = 8000,
+    run_dir: str | Path | None = None,
+    token: str | None = None,
+    rollout_id: str = "cli",
+    log_level: str = "info",
+    print_fn: Callable[[str], Any] = print,
+) -> None:
     """``legorl gateway``: serve ``engine`` on 127.0.0.1:``port`` with one open session (``token``
     or a fresh one, printed as the API key) until SIGINT/SIGTERM."""
 
@@ -168,63 +195,106 @@ def serve_gateway(engine: EngineConfig, *, port: int | None = 8000, run_dir: str
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        async with open_gateway_stack(engine, run_dir=run_dir, port=port, unix_socket=False,
-                                      log_level=log_level) as stack:
+        async with open_gateway_stack(
+            engine, run_dir=run_dir, port=port, unix_socket=False, log_level=log_level
+        ) as stack:
             gw = stack.gateway
             api_key = gw.open_session(rollout_id, token=token)
-            print_fn(f"LEGO-RL gateway: model={gw.model_name} session={gw.session(api_key).session_id} "
-                     f"api key={api_key}")
+            print_fn(
+                f"LEGO-RL gateway: model={gw.model_name} session={gw.session(api_key).session_id} api key={api_key}"
+            )
             print_fn(f"  base URL: {stack.base_url}")
             await stop.wait()
 
     asyncio.run(main())
 
 
-def sandbox_backend(cfg: BwrapSandboxConfig | PodmanSandboxConfig, *, cache: "ImageCache | None" = None) -> "SandboxBackend":
+def sandbox_backend(
+    cfg: BwrapSandboxConfig | PodmanSandboxConfig, *, cache: ImageCache | None = None
+) -> SandboxBackend:
     """The backend ``cfg`` (``RunConfig.sandbox``) describes; ``cache``: an image cache other than the
     shared one of ``$LEGORL_HOME`` (benchmarks measuring cold builds)."""
     if isinstance(cfg, BwrapSandboxConfig):
         from legorl.sandbox.bwrap import BwrapBackend
 
         machine = settings()
-        return BwrapBackend(root=cfg.root, hide=tuple(cfg.hide), python=cfg.python, cache=cache,
-                            cgroups=cfg.cgroups and machine.cgroups_enabled,
-                            userns=False if not machine.bwrap_userns else cfg.userns)
+        return BwrapBackend(
+            root=cfg.root,
+            hide=tuple(cfg.hide),
+            python=cfg.python,
+            cache=cache,
+            cgroups=cfg.cgroups and machine.cgroups_enabled,
+            userns=False if not machine.bwrap_userns else cfg.userns,
+        )
     if isinstance(cfg, PodmanSandboxConfig):
         from legorl.sandbox.podman import PodmanBackend
 
-        return PodmanBackend(root=cfg.root, cache=cache, executable=cfg.executable, image=cfg.image,
-                             runtime=cfg.runtime, extra_run_args=tuple(cfg.extra_run_args))
+        return PodmanBackend(
+            root=cfg.root,
+            cache=cache,
+            executable=cfg.executable,
+            image=cfg.image,
+            runtime=cfg.runtime,
+            extra_run_args=tuple(cfg.extra_run_args),
+        )
     raise ConfigError(f"unknown sandbox config {cfg!r}")
 
 
-def build_harness(rollout: RolloutConfig) -> "Harness":
+def build_harness(rollout: RolloutConfig) -> Harness:
     from legorl.harnesses.registry import get_harness
 
     return get_harness(rollout.harness, **rollout.harness_options)
 
 
-def rollout_budget(rollout: RolloutConfig) -> "Budget":
+def rollout_budget(rollout: RolloutConfig) -> Budget:
     from legorl.harnesses.base import Budget
 
-    return Budget(max_turns=rollout.max_turns, max_tokens_per_turn=rollout.max_tokens_per_turn,
-                  wall_clock_s=rollout.wall_clock_s, temperature=rollout.temperature,
-                  max_total_tokens=rollout.max_total_tokens,
-                  max_concurrent_requests=rollout.max_concurrent_requests, turn_slack=rollout.turn_slack)
+    return Budget(
+        max_turns=rollout.max_turns,
+        max_tokens_per_turn=rollout.max_tokens_per_turn,
+        wall_clock_s=rollout.wall_clock_s,
+        temperature=rollout.temperature,
+        max_total_tokens=rollout.max_total_tokens,
+        max_concurrent_requests=rollout.max_concurrent_requests,
+        turn_slack=rollout.turn_slack,
+    )
 
 
-def rollout_context(cfg: RunConfig, stack: GatewayStack, backend: "SandboxBackend", harness: "Harness", *,
-                    trace_dir: str | Path | None = None) -> "RolloutContext":
+def rollout_context(
+    cfg: RunConfig,
+    stack: GatewayStack,
+    backend: SandboxBackend,
+    harness: Harness,
+    *,
+    trace_dir: str | Path | None = None,
+) -> RolloutContext:
     """Everything a rollout of ``cfg`` needs: the served gateway, the sandbox backend and limits,
     the harness and its budget, the grading policy."""
     from legorl.loop.rollout import RolloutContext
 
     if stack.uds is None:
         raise ConfigError("rollouts need the gateway's Unix socket: open the stack with unix_socket=True")
-    return RolloutContext(stack.gateway, stack.uds, backend, harness, rollout_budget(cfg.rollout),
-                          grading=cfg.grading, memory_mb=cfg.sandbox.memory_mb, max_pids=cfg.sandbox.max_pids,
-                          trace_dir=str(trace_dir) if trace_dir is not None else None)
+    return RolloutContext(
+        stack.gateway,
+        stack.uds,
+        backend,
+        harness,
+        rollout_budget(cfg.rollout),
+        grading=cfg.grading,
+        memory_mb=cfg.sandbox.memory_mb,
+        max_pids=cfg.sandbox.max_pids,
+        trace_dir=str(trace_dir) if trace_dir is not None else None,
+    )
 
 
-__all__ = ["GatewayStack", "build_harness", "load_engine", "open_gateway_stack", "rollout_budget",
-           "rollout_context", "sandbox_backend", "serve_gateway", "training_sampling"]
+__all__ = [
+    "GatewayStack",
+    "build_harness",
+    "load_engine",
+    "open_gateway_stack",
+    "rollout_budget",
+    "rollout_context",
+    "sandbox_backend",
+    "serve_gateway",
+    "training_sampling",
+]

@@ -15,19 +15,35 @@ import torch
 from legorl.config import RunConfig
 from legorl.errors import ConfigError
 from legorl.loop.batch import assemble_batch
+from legorl.loop.provenance import write_manifest
 from legorl.loop.rollout import run_rollout
 from legorl.loop.stack import build_harness, open_gateway_stack, rollout_context, sandbox_backend
 from legorl.models.registry import load_model
 from legorl.observe.metrics import MetricsLogger
+from legorl.observe.token_logprobs import TrainerLogprobs
 from legorl.tasks.loader import load_suite
-from legorl.trajectory.records import Rollout
+from legorl.training.checkpoint import (
+    keep_metrics_until,
+    latest_checkpoint,
+    load_checkpoint,
+    prune_checkpoints,
+    save_checkpoint,
+    tuple_state,
+)
 from legorl.training.trainer import Trainer
+from legorl.trajectory.records import Rollout
 
 
-async def train(cfg: RunConfig, on_step=None) -> list[dict[str, Any]]:
+async def train(cfg: RunConfig, on_step=None, resume: bool = False) -> list[dict[str, Any]]:
+    """Train per ``cfg``. ``resume``: continue ``cfg.run_dir`` from its latest checkpoint
+    (:mod:`legorl.training.checkpoint`): weights, optimizer, RNGs, task-order cursor, weight version."""
     run_dir = Path(cfg.run_dir)
+    ckpt = latest_checkpoint(run_dir) if resume else None
+    if resume and ckpt is None:
+        raise ConfigError(f"{run_dir}: no complete checkpoint to resume from")
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.json").write_text(cfg.model_dump_json(indent=2))
+    if not resume:
+        (run_dir / "config.json").write_text(cfg.model_dump_json(indent=2))
     asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=64))
     random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
@@ -36,37 +52,82 @@ async def train(cfg: RunConfig, on_step=None) -> list[dict[str, Any]]:
     harness = build_harness(cfg.rollout)
     backend = sandbox_backend(cfg.sandbox)
     metrics_log = MetricsLogger(run_dir)
+    trainer_logprobs = TrainerLogprobs(run_dir)  # the UI's per-token heat map
     history: list[dict[str, Any]] = []
     try:
         # The gateway samples exactly as the trainer assumes (rollout=...), whatever the harness asks for.
         async with open_gateway_stack(cfg.engine, rollout=cfg.rollout, run_dir=run_dir) as stack:
-            engine, store = stack.engine, stack.store
-            trainer = Trainer(load_model(stack.model_path), cfg.trainer, temperature=cfg.rollout.temperature)
+            engine, store = stack.engine, stack.run_store()
+            trainer = Trainer(
+                load_model(stack.served_model_path()),
+                cfg.trainer,
+                temperature=cfg.rollout.temperature,
+                total_steps=cfg.steps,
+                seed=cfg.seed,
+            )
             ctx = rollout_context(cfg, stack, backend, harness)
-            for step in range(cfg.steps):
+            start = 0
+            if ckpt is not None:
+                meta = await asyncio.to_thread(load_checkpoint, ckpt, trainer)
+                start = int(meta["loop"]["next_step"])
+                rng.setstate(tuple_state(meta["loop"]["task_rng"]))
+                keep_metrics_until(run_dir, int(meta["step"]))  # rows of steps the checkpoint does not hold
+                await engine.update_weights(trainer.state_dict(), version=trainer.version)
+            write_manifest(
+                cfg,
+                run_dir,
+                model_path=stack.model_path,
+                tasks=tasks,
+                name="manifest.json" if ckpt is None else f"manifest-resume-{start:06d}.json",
+            )
+            for step in range(start, cfg.steps):
                 t0 = time.perf_counter()
                 chosen = rng.sample(tasks, min(cfg.tasks_per_step, len(tasks)))
-                rollouts: list[Rollout] = await asyncio.gather(*[
-                    run_rollout(ctx, task, step, g) for task in chosen for g in range(cfg.group_size)
-                ])
+                rollouts: list[Rollout] = await asyncio.gather(
+                    *[run_rollout(ctx, task, step, g) for task in chosen for g in range(cfg.group_size)]
+                )
                 for r in rollouts:  # on disk before anything trains on them
                     store.append_rollout(r)
                 t_rollout = time.perf_counter() - t0
-                batch = assemble_batch(rollouts, cfg.grading.flagged_policy)
+                batch = assemble_batch(
+                    rollouts, cfg.grading.flagged_policy, cfg.trainer.truncated, cfg.trainer.truncated_reward
+                )
+                version_before = trainer.version
                 metrics = await asyncio.to_thread(trainer.step, batch.samples, batch.monitor)
+                record_step_logprobs(trainer_logprobs, trainer, rollouts, step, version_before)
                 if metrics["train/updated"]:
                     await engine.update_weights(trainer.state_dict(), version=trainer.version)
                 metrics.update(rollout_metrics(rollouts))
-                metrics.update({"batch/groups": batch.groups_total, "batch/groups_with_signal": batch.groups_with_signal,
-                                "time/rollout_s": t_rollout, "time/step_s": time.perf_counter() - t0,
-                                "weight_version": engine.weight_version})
+                metrics.update(
+                    {
+                        "batch/groups": batch.groups_total,
+                        "batch/groups_with_signal": batch.groups_with_signal,
+                        "batch/truncated": batch.truncated,
+                        "time/rollout_s": t_rollout,
+                        "time/step_s": time.perf_counter() - t0,
+                        "weight_version": engine.weight_version,
+                    }
+                )
                 metrics.update({f"batch/dropped_{k}": v for k, v in batch.dropped.items()})
                 metrics_log.log(step, metrics)
+                every = cfg.checkpoint.every
+                if (every and (step + 1) % every == 0) or step == cfg.steps - 1:
+                    await asyncio.to_thread(
+                        save_checkpoint,
+                        run_dir,
+                        step,
+                        trainer,
+                        {"next_step": step + 1, "task_rng": rng.getstate()},
+                        metrics,
+                        str(stack.model_path) if stack.model_path else None,
+                    )
+                    prune_checkpoints(run_dir, cfg.checkpoint.keep)
                 history.append({"step": step, **metrics})
                 if on_step is not None:
                     on_step(step, metrics)
     finally:
         metrics_log.close()
+        trainer_logprobs.close()
     return history
 
 
@@ -78,6 +139,17 @@ def select_tasks(tasks: list, task_ids: list[str]) -> list:
     if unknown:
         raise ConfigError(f"task_ids not in the suite: {', '.join(unknown)}")
     return [by_id[i] for i in task_ids]
+
+
+def record_step_logprobs(
+    sink: TrainerLogprobs, trainer: Trainer, rollouts: list[Rollout], step: int, weight_version: int
+) -> None:
+    """Store the trainer's view (π_old of this step, under ``weight_version``) of every sample it scored."""
+    for r in rollouts:
+        for pos, s in enumerate(r.samples):
+            lps = trainer.step_logprobs(s)
+            if lps is not None:
+                sink.record(r.rollout_id, pos, lps, step=step, weight_version=weight_version)
 
 
 def rollout_metrics(rollouts: list[Rollout]) -> dict[str, Any]:

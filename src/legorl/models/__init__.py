@@ -1,0 +1,14 @@
+"""The model registry: names -> locally prepared weights and tokenizers (no hub at run time)."""
+
+from legorl.lazy import lazy_exports
+
+__all__, __getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "ModelSpec": "legorl.models.registry",
+        "load_model": "legorl.models.registry",
+        "load_tokenizer": "legorl.models.registry",
+        "prepare_model": "legorl.models.registry",
+        "resolve_model": "legorl.models.registry",
+    },
+)

@@ -157,9 +157,7 @@ def _convert(spec: ModelSpec, gguf: Path, out: Path) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     src_dir, fname = str(gguf.parent), gguf.name
-    model = AutoModelForCausalLM.from_pretrained(
-        src_dir, gguf_file=fname, dtype=torch.float32, local_files_only=True
-    )
+    model = AutoModelForCausalLM.from_pretrained(src_dir, gguf_file=fname, dtype=torch.float32, local_files_only=True)
     tok = AutoTokenizer.from_pretrained(src_dir, gguf_file=fname, local_files_only=True)
     # A GGUF-loaded model is flagged as quantized and refuses save_pretrained; the weights are
     # already dequantized to fp32, so drop the flags.
@@ -173,7 +171,8 @@ def _convert(spec: ModelSpec, gguf: Path, out: Path) -> None:
                 pass
     if hasattr(model, "is_quantized"):
         try:
-            model.is_quantized = False
+            # torch types Module.__setattr__ for Tensor/Module values only; a plain attribute is fine at runtime
+            model.is_quantized = False  # type: ignore[assignment]
         except Exception:  # pragma: no cover
             pass
     out.mkdir(parents=True, exist_ok=True)
@@ -266,9 +265,7 @@ def resolve_model(name_or_path: str | os.PathLike[str], repair: bool = True) -> 
     if p.exists():
         raise ModelError(f"{p} is a file, not a model directory (expected a directory with config.json)")
     if os.sep in s or s.startswith("."):
-        raise ModelError(
-            f"model directory {s!r} does not exist (built-in names: {', '.join(sorted(KNOWN_MODELS))})"
-        )
+        raise ModelError(f"model directory {s!r} does not exist (built-in names: {', '.join(sorted(KNOWN_MODELS))})")
     _spec(s)  # raises the "unknown model" error
     raise AssertionError("unreachable")
 
@@ -289,12 +286,11 @@ def load_model(path: str | os.PathLike[str], dtype: Any = None, device: str = "c
 
     d = resolve_model(path)
     try:
-        model = AutoModelForCausalLM.from_pretrained(
-            str(d), dtype=dtype or torch.float32, local_files_only=True
-        )
+        model = AutoModelForCausalLM.from_pretrained(str(d), dtype=dtype or torch.float32, local_files_only=True)
     except Exception as e:  # corrupt weights that passed the size check, bad config, ...
         raise ModelError(f"cannot load model from {d}: {e}") from e
-    return model.to(device).eval()
+    # transformers wraps PreTrainedModel.to in a decorator whose stub loses the bound self (expects the model first)
+    return model.to(device).eval()  # type: ignore[arg-type]
 
 
 __all__ = [

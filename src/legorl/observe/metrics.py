@@ -6,20 +6,23 @@ import json
 import math
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from torch.utils.tensorboard import SummaryWriter
 
 
 class MetricsLogger:
     def __init__(self, run_dir: Path, tensorboard: bool = True) -> None:
         self.path = Path(run_dir) / "metrics.jsonl"
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._tb = None
+        self._tb: SummaryWriter | None = None
         if tensorboard:
             try:
                 from torch.utils.tensorboard import SummaryWriter
             except ImportError:  # tensorboard is optional: the JSONL file is complete on its own
-                SummaryWriter = None
-            if SummaryWriter is not None:
+                pass
+            else:
                 self._tb = SummaryWriter(log_dir=str(Path(run_dir) / "tensorboard"))
 
     def log(self, step: int, metrics: dict[str, Any]) -> None:

@@ -1,18 +1,22 @@
 """The sandbox interface: a place where a harness or a grader runs commands on one repo copy.
 
-Backends (bubblewrap now; podman/docker later) implement :class:`SandboxBackend` and
-:class:`Sandbox`. Inside every sandbox the repository is at ``/workspace`` and there is no network;
-the gateway, when attached, is reachable as ``http://127.0.0.1:<port>`` through a bind-mounted Unix
-socket and a forwarder.
+Backends (bubblewrap, podman/docker) implement :class:`SandboxBackend` and :class:`Sandbox`. Inside
+every sandbox the repository is at ``/workspace`` and there is no network; the gateway, when
+attached, is reachable as ``http://127.0.0.1:<port>`` through a bind-mounted Unix socket and a
+forwarder (the rest of what an exec sees inside: :mod:`legorl.sandbox.inside`).
+:class:`HostWorkspaceSandbox` is what the backends whose workspace is a host directory share.
 """
 
 from __future__ import annotations
 
+import abc
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Protocol, runtime_checkable
+from typing import Protocol, Self, runtime_checkable
 
 from legorl.errors import SandboxError
+from legorl.sandbox.git import workspace_diff
 
 WORKSPACE = "/workspace"
 # The sandbox's own user and home. Every backend runs commands with ``HOME=SANDBOX_HOME``, a writable
@@ -98,20 +102,47 @@ class SandboxBackend(Protocol):
     def create(self, spec: SandboxSpec) -> Sandbox: ...
 
 
-class WorkspaceFiles:
-    """``read_file``/``write_file`` on the host copy of ``/workspace``, confined to it (no ``..`` or
-    symlink escapes). Shared by the backends whose workspace is a host directory."""
+class HostWorkspaceSandbox(abc.ABC):
+    """What the sandboxes whose ``/workspace`` is a host directory (bwrap, podman) share:
+    ``read_file``/``write_file`` on the host copy, confined to it (no ``..`` or symlink escapes);
+    :meth:`diff` by git *inside* the sandbox (:func:`legorl.sandbox.git.workspace_diff`); use as a
+    context manager that destroys the sandbox on exit."""
 
     name: str
     workdir: Path
+    base_commit: str  # the instance layer's commit the workspace started from
     _destroyed: bool
+
+    @abc.abstractmethod
+    def exec(
+        self,
+        cmd: list[str] | str,
+        timeout: float = 60.0,
+        env: Mapping[str, str] | None = None,
+        cwd: str = WORKSPACE,
+        max_output_bytes: int = 200_000,
+        stdin: str | None = None,
+    ) -> ExecResult: ...
+
+    @abc.abstractmethod
+    def destroy(self) -> None: ...
+
+    def diff(self) -> str:
+        """The workspace's changes since :attr:`base_commit`, as a binary git diff."""
+        return workspace_diff(self, self.base_commit)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.destroy()
 
     def _host_path(self, path: str) -> Path:
         if self._destroyed:
             raise SandboxError(f"sandbox {self.name} was destroyed")
         rel = path
         if rel == WORKSPACE or rel.startswith(WORKSPACE + "/"):
-            rel = rel[len(WORKSPACE):]
+            rel = rel[len(WORKSPACE) :]
         elif rel.startswith("/"):
             raise SandboxError(f"path {path!r} is outside {WORKSPACE}")
         rel = rel.lstrip("/")

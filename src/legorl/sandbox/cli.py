@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import List, Optional
 
 import typer
 from rich.console import Console
@@ -20,14 +19,16 @@ console = Console()
 def _backend(name: str):  # noqa: ANN202
     if name == "bwrap":
         from legorl.sandbox.bwrap import BwrapBackend
+
         return BwrapBackend()
     if name in ("podman", "docker"):
         from legorl.sandbox.podman import PodmanBackend
+
         return PodmanBackend(executable=name)
     raise typer.BadParameter(f"unknown backend {name!r} (bwrap, podman, docker)")
 
 
-def _human(n: int) -> str:
+def _human(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):
         if n < 1024 or unit == "GiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
@@ -37,51 +38,71 @@ def _human(n: int) -> str:
 
 @app.command("build")
 def build(
-    suite: List[str] = typer.Option([], "--suite", help="Task suite name or path (repeatable)."),
-    source: List[Path] = typer.Option([], "--source", help="A repository directory (repeatable)."),
+    suite: list[str] = typer.Option([], "--suite", help="Task suite name or path (repeatable)."),
+    source: list[Path] = typer.Option([], "--source", help="A repository directory (repeatable)."),
     base_commit: str = typer.Option("", "--base-commit", help="Base commit for --source git repositories."),
     backend: str = typer.Option("bwrap", "--backend", help="bwrap | podman | docker"),
     workers: int = typer.Option(4, "--workers", min=1, help="Parallel builders."),
     as_json: bool = typer.Option(False, "--json", help="Print stats as JSON."),
 ) -> None:
     """Build (pre-warm) the base, env and instance layers of tasks or source directories."""
-    from legorl.errors import LegoRLError
     from legorl.sandbox.images import InstanceRecipe
 
-    try:
-        be = _backend(backend)
-        items: list = [InstanceRecipe(Path(s).resolve(), base_commit) for s in source]
-        if suite:
-            from legorl.tasks.loader import load_suite
-            for name in suite:
-                items += load_suite(name)
-        if backend != "bwrap":
-            be.base_layer()
-        if not items and backend == "bwrap":
-            console.print("nothing to build: give --suite or --source")
-            raise typer.Exit(1)
-        handle = be.cache.prewarm(items, backend=be, workers=workers)
-        results = handle.wait()
-    except LegoRLError as exc:
-        console.print(f"[bold red]error:[/] {exc}")
-        raise typer.Exit(2)
+    # a LegoRLError goes to the CLI's central handler (legorl.cli): one line on stderr
+    be = _backend(backend)
+    items: list = [InstanceRecipe(Path(s).resolve(), base_commit) for s in source]
+    if suite:
+        from legorl.tasks.loader import load_suite
+
+        for name in suite:
+            items += load_suite(name)
+    if backend != "bwrap":
+        be.base_layer()
+    if not items and backend == "bwrap":
+        console.print("nothing to build: give --suite or --source")
+        raise typer.Exit(1)
+    handle = be.cache.prewarm(items, backend=be, workers=workers)
+    results = handle.wait()
     failed = {k: str(v) for k, v in results.items() if isinstance(v, BaseException)}
-    out = {"built": len(results) - len(failed), "failed": failed, "stats": be.cache.stats.as_dict(),
-           "bytes": be.cache.total_bytes()}
+    out = {
+        "built": len(results) - len(failed),
+        "failed": failed,
+        "stats": be.cache.stats.as_dict(),
+        "bytes": be.cache.total_bytes(),
+    }
     if as_json:
         print(json.dumps(out, indent=2))
     else:
-        console.print(f"{out['built']} ready, {len(failed)} failed; cache {_human(out['bytes'])}; "
-                      f"hits {out['stats']['hits']}, misses {out['stats']['misses']}, "
-                      f"build {out['stats']['build_seconds']:.1f}s")
+        console.print(
+            f"{out['built']} ready, {len(failed)} failed; cache {_human(out['bytes'])}; "
+            f"hits {out['stats']['hits']}, misses {out['stats']['misses']}, "
+            f"build {out['stats']['build_seconds']:.1f}s"
+        )
         for name, err in failed.items():
             console.print(f"[red]{name}[/]: {err}")
     if failed:
         raise typer.Exit(1)
 
 
+# `legorl images list --json` keys (docs/cli.md; tests/test_cli_json.py checks them)
+LIST_JSON_KEYS = ("root", "max_bytes", "total_bytes", "layers")
+LAYER_JSON_KEYS = ("kind", "key", "bytes", "last_used", "pinned", "in_use", "parent", "build_seconds", "image")
+
+
 @app.command("list")
-def list_(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+def list_(
+    as_json: bool = typer.Option(
+        False,
+        "--json",
+        help=(
+            "Print JSON: {"
+            + ", ".join(f'"{k}"' for k in LIST_JSON_KEYS)
+            + "}; each layer: {"
+            + ", ".join(f'"{k}"' for k in LAYER_JSON_KEYS)
+            + "} (last_used: Unix time)."
+        ),
+    ),
+) -> None:
     """List cached layers (most recently used first)."""
     import time
 
@@ -90,7 +111,17 @@ def list_(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> 
     cache = default_cache()
     layers = sorted(cache.layers(), key=lambda x: -x["last_used"])
     if as_json:
-        print(json.dumps({"root": str(cache.root), "max_bytes": cache.max_bytes, "layers": layers}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "root": str(cache.root),
+                    "max_bytes": cache.max_bytes,
+                    "total_bytes": sum(x["bytes"] for x in layers),
+                    "layers": layers,
+                },
+                indent=2,
+            )
+        )
         return
     table = Table(title=f"{cache.root} (bound {_human(cache.max_bytes)})")
     for col in ("kind", "key", "size", "last used", "flags", "image"):
@@ -105,7 +136,7 @@ def list_(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> 
 
 @app.command("prune")
 def prune(
-    max_bytes: Optional[int] = typer.Option(None, "--max-bytes", help="Evict LRU layers down to this size."),
+    max_bytes: int | None = typer.Option(None, "--max-bytes", help="Evict LRU layers down to this size."),
     everything: bool = typer.Option(False, "--all", help="Remove every layer not pinned or in use."),
 ) -> None:
     """Evict least-recently-used layers (never pinned or in-use ones)."""

@@ -58,15 +58,16 @@ async def serve(socket_path: str, port: int, cmd: list[str], host: str = "127.0.
         async with server:
             await server.serve_forever()
         return 0
-    try:
-        proc = await asyncio.create_subprocess_exec(*cmd)
-    except OSError as exc:
-        print(f"legorl-forwarder: cannot run {cmd[0]!r}: {exc}", file=sys.stderr, flush=True)
-        server.close()
-        return 127 if isinstance(exc, FileNotFoundError) else 126
     loop = asyncio.get_running_loop()
+    # Handlers go in before the child starts: a signal that arrives while it is being spawned is
+    # held and delivered as soon as it exists, instead of killing the forwarder by default action.
+    proc: asyncio.subprocess.Process | None = None
+    held: list[int] = []
 
     def _forward(sig: int) -> None:
+        if proc is None:
+            held.append(sig)
+            return
         try:
             proc.send_signal(sig)
         except ProcessLookupError:
@@ -74,6 +75,14 @@ async def serve(socket_path: str, port: int, cmd: list[str], host: str = "127.0.
 
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         loop.add_signal_handler(sig, _forward, sig)
+    try:
+        proc = await asyncio.create_subprocess_exec(*cmd)
+    except OSError as exc:
+        print(f"legorl-forwarder: cannot run {cmd[0]!r}: {exc}", file=sys.stderr, flush=True)
+        server.close()
+        return 127 if isinstance(exc, FileNotFoundError) else 126
+    for held_sig in held:
+        _forward(held_sig)
     rc = await proc.wait()
     server.close()
     return rc if rc >= 0 else 128 - rc

@@ -54,28 +54,20 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping
+from typing import Any, Protocol
 
 from legorl.errors import ImageBuildError, ImageDiskFullError, SandboxError  # noqa: F401 - re-exported
+from legorl.sandbox.git import git_argv, host_git_env
+from legorl.sandbox.hostfs import force_rmtree
+from legorl.settings import legorl_home, settings
 
 KINDS = ("base", "env", "instance", "harness")  # harness: agent programs (legorl.harnesses.install)
-DEFAULT_MAX_BYTES = 20 * 1024**3
 _SKIP_NAMES = {"__pycache__", ".pytest_cache", ".git"}
 _SKIP_SUFFIXES = (".pyc",)
-
-# Same fixed git identity as the sandboxes: no hooks, no global/system config, fixed dates.
-_GIT_CONFIG = [
-    "-c", "core.hooksPath=/dev/null", "-c", "user.name=legorl", "-c", "user.email=legorl@localhost",
-    "-c", "commit.gpgsign=false", "-c", "core.fsmonitor=false", "-c", "safe.directory=*",
-    "-c", "core.autocrlf=false", "-c", "init.defaultBranch=main", "-c", "gc.auto=0",
-]
-_GIT_ENV = {
-    "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_TERMINAL_PROMPT": "0",
-    "GIT_AUTHOR_DATE": "2000-01-01T00:00:00Z", "GIT_COMMITTER_DATE": "2000-01-01T00:00:00Z",
-}
 
 
 # ------------------------------------------------------------------------------------------- errors
@@ -96,14 +88,26 @@ def _is_enospc(exc: BaseException | None) -> bool:
     return False
 
 
-def run_step(step: str, argv: list[str] | str, *, cwd: Path, env: Mapping[str, str] | None = None,
-             timeout: float = 3600, stdin: bytes | None = None) -> str:
+def run_step(
+    step: str,
+    argv: list[str] | str,
+    *,
+    cwd: Path,
+    env: Mapping[str, str] | None = None,
+    timeout: float = 3600,
+    stdin: bytes | None = None,
+) -> str:
     """Run one build step; on failure raise :class:`ImageBuildError` naming the step with its output."""
-    shell = isinstance(argv, str)
+    cmd = ["bash", "-c", argv] if isinstance(argv, str) else argv
     try:
         proc = subprocess.run(
-            argv if not shell else ["bash", "-c", argv], cwd=cwd, env=dict(env) if env is not None else None,
-            input=stdin, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout,
+            cmd,
+            cwd=cwd,
+            env=dict(env) if env is not None else None,
+            input=stdin,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            timeout=timeout,
         )
     except subprocess.TimeoutExpired as exc:
         out = (exc.stdout or b"").decode("utf-8", "replace")
@@ -118,8 +122,8 @@ def run_step(step: str, argv: list[str] | str, *, cwd: Path, env: Mapping[str, s
 
 
 def git(args: list[str], cwd: Path, step: str | None = None) -> str:
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(cwd), **_GIT_ENV}
-    return run_step(step or f"git {args[0]}", ["git", *_GIT_CONFIG, *args], cwd=cwd, env=env, timeout=600)
+    """One git build step in ``cwd`` (see :mod:`legorl.sandbox.git`)."""
+    return run_step(step or f"git {args[0]}", git_argv(*args), cwd=cwd, env=host_git_env(cwd), timeout=600)
 
 
 # ------------------------------------------------------------------------------------------ recipes
@@ -188,8 +192,11 @@ class InstanceRecipe:
         return source_content_id(Path(self.source_dir), self.base_commit)
 
     def key(self, env_key: str) -> str:
-        return recipe_key("instance", {"content": self.content_id(), "base_commit": self.base_commit,
-                                       "setup": list(self.setup)}, env_key)
+        return recipe_key(
+            "instance",
+            {"content": self.content_id(), "base_commit": self.base_commit, "setup": list(self.setup)},
+            env_key,
+        )
 
 
 def _walk_files(root: Path) -> Iterator[tuple[str, os.stat_result, str]]:
@@ -261,20 +268,26 @@ def copy_tree(src: Path, dest: Path) -> None:
     shutil.copytree(src, dest, symlinks=True, ignore=_copy_ignore)
 
 
-def build_instance_tree(recipe: InstanceRecipe, dest: Path,
-                        run_setup: Callable[[Path, str], tuple[int, str]] | None = None) -> dict[str, Any]:
+def build_instance_tree(
+    recipe: InstanceRecipe, dest: Path, run_setup: Callable[[Path, str], tuple[int, str]] | None = None
+) -> dict[str, Any]:
     """Make ``dest`` the repository at its base commit, with history cut to one commit."""
     source = Path(recipe.source_dir)
     if recipe.base_commit and (source / ".git").exists():
         dest.mkdir(parents=True)
         archive = subprocess.run(
-            ["git", *_GIT_CONFIG, "archive", "--format=tar", recipe.base_commit], cwd=source,
-            env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(source), **_GIT_ENV},
-            capture_output=True, timeout=600,
+            git_argv("archive", "--format=tar", recipe.base_commit),
+            cwd=source,
+            env=host_git_env(source),
+            capture_output=True,
+            timeout=600,
         )
         if archive.returncode != 0:
-            raise ImageBuildError("git archive failed", step=f"export {recipe.base_commit}",
-                                  output=archive.stderr.decode("utf-8", "replace"))
+            raise ImageBuildError(
+                "git archive failed",
+                step=f"export {recipe.base_commit}",
+                output=archive.stderr.decode("utf-8", "replace"),
+            )
         run_step("unpack base commit", ["tar", "-x", "-C", str(dest)], cwd=dest, stdin=archive.stdout)
     else:
         try:
@@ -298,7 +311,7 @@ def build_instance_tree(recipe: InstanceRecipe, dest: Path,
     shutil.rmtree(dest / ".git" / "logs", ignore_errors=True)
     # Fewer directories = faster per-sandbox copies; git recreates these on demand.
     for empty in ("hooks", "branches", "info", "description", "refs/tags", "objects/info"):
-        _rmtree(dest / ".git" / empty) if (dest / ".git" / empty).is_dir() else (dest / ".git" / empty).unlink(missing_ok=True)
+        force_rmtree(dest / ".git" / empty)
     commit = git(["rev-parse", "HEAD"], dest).strip()
     return {"commit": commit}
 
@@ -306,16 +319,36 @@ def build_instance_tree(recipe: InstanceRecipe, dest: Path,
 def build_env_dir(recipe: EnvRecipe, dest: Path) -> dict[str, Any]:
     dest.mkdir(parents=True)
     if recipe.requirements:
-        py = sys.executable if recipe.python == f"{sys.version_info.major}.{sys.version_info.minor}" \
+        py = (
+            sys.executable
+            if recipe.python == f"{sys.version_info.major}.{sys.version_info.minor}"
             else shutil.which(f"python{recipe.python}")
+        )
         if not py:
             raise ImageBuildError(f"python {recipe.python} not found on the host", step="find python")
-        run_step("pip install", [py, "-m", "pip", "install", "--no-input", "--disable-pip-version-check",
-                                 "--target", str(dest / "site-packages"), *recipe.pip_args, *recipe.requirements],
-                 cwd=dest)
+        run_step(
+            "pip install",
+            [
+                py,
+                "-m",
+                "pip",
+                "install",
+                "--no-input",
+                "--disable-pip-version-check",
+                "--target",
+                str(dest / "site-packages"),
+                *recipe.pip_args,
+                *recipe.requirements,
+            ],
+            cwd=dest,
+        )
     for i, cmd in enumerate(recipe.setup):
-        run_step(f"setup[{i}]: {cmd}", cmd, cwd=dest,
-                 env={**os.environ, "LEGORL_ENV_DIR": str(dest), "PYTHONPATH": str(dest / "site-packages")})
+        run_step(
+            f"setup[{i}]: {cmd}",
+            cmd,
+            cwd=dest,
+            env={**os.environ, "LEGORL_ENV_DIR": str(dest), "PYTHONPATH": str(dest / "site-packages")},
+        )
     return {}
 
 
@@ -326,7 +359,7 @@ class Layer:
     key: str
     root: Path  # <cache>/<kind>/<key>
     meta: dict[str, Any]
-    lease: "Lease | None" = None
+    lease: Lease | None = None
 
     @property
     def path(self) -> Path:
@@ -335,6 +368,11 @@ class Layer:
     @property
     def size_bytes(self) -> int:
         return int(self.meta.get("bytes", 0))
+
+    def release(self) -> None:
+        """Release the lease this layer was returned with, if any (idempotent)."""
+        if self.lease is not None:
+            self.lease.release()
 
 
 @dataclass
@@ -361,7 +399,7 @@ class Lease:
         with contextlib.suppress(OSError):
             self.path.unlink()
 
-    def __enter__(self) -> "Lease":
+    def __enter__(self) -> Lease:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -402,17 +440,10 @@ def _flock(path: Path, blocking: bool = True) -> Iterator[bool]:
         os.close(fd)  # closing releases the lock
 
 
-def _rmtree(path: Path) -> None:
-    def onerror(func, p, exc_info):  # noqa: ANN001
-        with contextlib.suppress(OSError):
-            os.chmod(os.path.dirname(p), 0o700)
-            if os.path.isdir(p) and not os.path.islink(p):
-                os.chmod(p, 0o700)
-                shutil.rmtree(p, ignore_errors=True)
-            else:
-                os.unlink(p)
-    if path.exists() or path.is_symlink():
-        shutil.rmtree(path, onerror=onerror)
+class LayerBuilder(Protocol):
+    """What :meth:`ImageCache.prewarm` needs of a backend (bwrap and podman have it)."""
+
+    def prepare_layers(self, recipe: InstanceRecipe, env: EnvRecipe | None = None) -> Layer: ...
 
 
 class PrewarmHandle:
@@ -441,7 +472,7 @@ class PrewarmHandle:
 
     @property
     def errors(self) -> dict[str, BaseException]:
-        return {n: f.exception() for n, f in self.futures.items() if f.done() and f.exception() is not None}
+        return {n: exc for n, f in self.futures.items() if f.done() and (exc := f.exception()) is not None}
 
     def cancel(self) -> None:
         for f in self.futures.values():
@@ -453,12 +484,12 @@ class ImageCache:
     """Content-addressed layer store with an LRU bound in bytes. Thread- and process-safe."""
 
     def __init__(self, root: Path | None = None, max_bytes: int | None = None):
-        if root is None:
-            home = Path(os.environ.get("LEGORL_HOME") or Path.home() / ".cache" / "legorl").expanduser()
-            root = home / "images"
+        if root is None or max_bytes is None:
+            machine = settings()
+            root = machine.legorl_home / "images" if root is None else root
+            max_bytes = machine.image_cache_bytes if max_bytes is None else max_bytes
         self.root = Path(root)
-        env_bound = os.environ.get("LEGORL_IMAGE_CACHE_BYTES")
-        self.max_bytes = int(max_bytes if max_bytes is not None else (env_bound or DEFAULT_MAX_BYTES))
+        self.max_bytes = int(max_bytes)
         self.stats = CacheStats()
         self._stats_lock = threading.Lock()
         for sub in (*KINDS, "locks", "leases", "tmp"):
@@ -513,8 +544,16 @@ class ImageCache:
     def get(self, kind: str, key: str) -> Layer | None:
         return self._load(kind, key)
 
-    def get_or_build(self, kind: str, key: str, recipe: Mapping[str, Any], build: Callable[[Path], Mapping[str, Any] | None],
-                     *, parent: str = "", lease: bool = False) -> Layer:
+    def get_or_build(
+        self,
+        kind: str,
+        key: str,
+        recipe: Mapping[str, Any],
+        build: Callable[[Path], Mapping[str, Any] | None],
+        *,
+        parent: str = "",
+        lease: bool = False,
+    ) -> Layer:
         """Return the layer ``kind/key``, building it with ``build(data_dir)`` if absent.
 
         ``build`` must create ``data_dir`` and may return extra metadata. Exactly one builder runs
@@ -538,28 +577,44 @@ class ImageCache:
             tmp.mkdir(parents=True)
             t0 = time.monotonic()
             try:
-                extra = build(tmp / "data") or {}
+                extra = dict(build(tmp / "data") or {})
                 if not (tmp / "data").exists():
                     (tmp / "data").mkdir()
                 seconds = time.monotonic() - t0
                 size = int(extra.pop("bytes", 0)) or dir_bytes(tmp / "data")
-                meta = {"kind": kind, "key": key, "parent": parent, "recipe": dict(recipe), "bytes": size,
-                        "build_seconds": round(seconds, 3), "created": time.time(), **extra}
+                meta = {
+                    "kind": kind,
+                    "key": key,
+                    "parent": parent,
+                    "recipe": dict(recipe),
+                    "bytes": size,
+                    "build_seconds": round(seconds, 3),
+                    "created": time.time(),
+                    **extra,
+                }
                 (tmp / "meta.json").write_text(json.dumps(meta, indent=1, sort_keys=True, default=str))
                 if final.exists():  # a stale half-layer without meta.json (crashed old version)
-                    _rmtree(final)
+                    force_rmtree(final)
                 os.rename(tmp, final)
             except BaseException as exc:
-                _rmtree(tmp)
+                force_rmtree(tmp)
                 self._bump(build_failures=1)
                 if isinstance(exc, ImageDiskFullError):
-                    raise ImageDiskFullError(exc.message + "; the partial layer was removed", kind=kind,
-                                             key=key, step=exc.step, output=exc.output) from exc
+                    raise ImageDiskFullError(
+                        exc.message + "; the partial layer was removed",
+                        kind=kind,
+                        key=key,
+                        step=exc.step,
+                        output=exc.output,
+                    ) from exc
                 if _is_enospc(exc):
                     raise ImageDiskFullError(
                         "disk full (ENOSPC) while building; the partial layer was removed",
-                        kind=kind, key=key, step=getattr(exc, "step", "build"),
-                        output=getattr(exc, "output", "") or str(exc)) from exc
+                        kind=kind,
+                        key=key,
+                        step=getattr(exc, "step", "build"),
+                        output=getattr(exc, "output", "") or str(exc),
+                    ) from exc
                 if isinstance(exc, ImageBuildError):
                     raise ImageBuildError(exc.message, kind=kind, key=key, step=exc.step, output=exc.output) from exc
                 if isinstance(exc, Exception):
@@ -585,7 +640,7 @@ class ImageCache:
             return False
         trash = self.root / "tmp" / f"trash-{kind}-{key}-{uuid.uuid4().hex[:6]}"
         os.rename(final, trash)
-        _rmtree(trash)
+        force_rmtree(trash)
         if layer is not None:
             cmd = layer.meta.get("evict_cmd")
             if cmd:
@@ -611,16 +666,27 @@ class ImageCache:
                     continue
                 with contextlib.suppress(OSError):
                     last = (d / "meta.json").stat().st_mtime
-                out.append({"kind": kind, "key": d.name, "bytes": layer.size_bytes, "last_used": last,
-                            "pinned": (d / "pinned").exists(), "in_use": self.leased(kind, d.name),
-                            "parent": layer.meta.get("parent", ""), "build_seconds": layer.meta.get("build_seconds"),
-                            "image": layer.meta.get("image", "")})
+                out.append(
+                    {
+                        "kind": kind,
+                        "key": d.name,
+                        "bytes": layer.size_bytes,
+                        "last_used": last,
+                        "pinned": (d / "pinned").exists(),
+                        "in_use": self.leased(kind, d.name),
+                        "parent": layer.meta.get("parent", ""),
+                        "build_seconds": layer.meta.get("build_seconds"),
+                        "image": layer.meta.get("image", ""),
+                    }
+                )
         return out
 
     def total_bytes(self) -> int:
         return sum(layer["bytes"] for layer in self.layers())
 
-    def enforce_bound(self, max_bytes: int | None = None, protect: Iterable[tuple[str, str]] = ()) -> list[tuple[str, str]]:
+    def enforce_bound(
+        self, max_bytes: int | None = None, protect: Iterable[tuple[str, str]] = ()
+    ) -> list[tuple[str, str]]:
         """Evict least-recently-used unpinned, unleased, unlocked layers until the total fits."""
         bound = self.max_bytes if max_bytes is None else max_bytes
         protect = set(protect)
@@ -649,32 +715,48 @@ class ImageCache:
         removed = self.enforce_bound(0 if everything else max_bytes)
         for stale in (self.root / "tmp").iterdir():  # builds that crashed mid-way
             if time.time() - stale.stat().st_mtime > 3600:
-                _rmtree(stale)
+                force_rmtree(stale)
         return removed
 
     # -- typed layers ---------------------------------------------------------------------------
-    def base(self, recipe: BaseRecipe, build: Callable[[Path], Mapping[str, Any] | None] | None = None,
-             lease: bool = False) -> Layer:
+    def base(
+        self, recipe: BaseRecipe, build: Callable[[Path], Mapping[str, Any] | None] | None = None, lease: bool = False
+    ) -> Layer:
         return self.get_or_build("base", recipe.key(), asdict(recipe), build or (lambda d: d.mkdir()), lease=lease)
 
     def env(self, recipe: EnvRecipe, base: Layer, lease: bool = False) -> Layer:
-        return self.get_or_build("env", recipe.key(base.key), asdict(recipe),
-                                 lambda d: build_env_dir(recipe, d), parent=base.key, lease=lease)
+        return self.get_or_build(
+            "env",
+            recipe.key(base.key),
+            asdict(recipe),
+            lambda d: build_env_dir(recipe, d),
+            parent=base.key,
+            lease=lease,
+        )
 
-    def instance(self, recipe: InstanceRecipe, env: Layer, lease: bool = False,
-                 run_setup: Callable[[Path, str], tuple[int, str]] | None = None) -> Layer:
+    def instance(
+        self,
+        recipe: InstanceRecipe,
+        env: Layer,
+        lease: bool = False,
+        run_setup: Callable[[Path, str], tuple[int, str]] | None = None,
+    ) -> Layer:
         rec = {"source_dir": str(recipe.source_dir), "base_commit": recipe.base_commit, "setup": list(recipe.setup)}
-        return self.get_or_build("instance", recipe.key(env.key), rec,
-                                 lambda d: build_instance_tree(recipe, d, run_setup), parent=env.key, lease=lease)
+        return self.get_or_build(
+            "instance",
+            recipe.key(env.key),
+            rec,
+            lambda d: build_instance_tree(recipe, d, run_setup),
+            parent=env.key,
+            lease=lease,
+        )
 
-    def prewarm(self, tasks: Iterable[Any], backend: Any = None, env: EnvRecipe | None = None,
-                workers: int = 4) -> PrewarmHandle:
+    def prewarm(
+        self, tasks: Iterable[Any], backend: LayerBuilder, env: EnvRecipe | None = None, workers: int = 4
+    ) -> PrewarmHandle:
         """Build the layers of ``tasks`` (Task records with ``source_dir``, or InstanceRecipes) in a
-        background thread pool; returns a handle at once. ``backend``: anything with a
-        ``prepare_layers(recipe, env)`` method (default: a bwrap backend on this cache)."""
-        if backend is None:
-            from legorl.sandbox.bwrap import BwrapBackend
-            backend = BwrapBackend(cache=self)
+        background thread pool; returns a handle at once. ``backend`` builds them (its base layer
+        decides the rest), normally one whose cache is this one."""
         pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="legorl-prewarm")
         futures: dict[str, Future] = {}
         for t in tasks:
@@ -698,7 +780,7 @@ _default_lock = threading.Lock()
 
 def default_cache() -> ImageCache:
     """One shared cache per ``$LEGORL_HOME`` in this process."""
-    home = Path(os.environ.get("LEGORL_HOME") or Path.home() / ".cache" / "legorl").expanduser()
+    home = legorl_home()
     with _default_lock:
         cache = _default_caches.get(str(home))
         if cache is None:
@@ -706,16 +788,44 @@ def default_cache() -> ImageCache:
         return cache
 
 
+class ImageCacheUser:
+    """Mixin of the backends: :attr:`cache` is the :class:`ImageCache` they were given (``_cache``),
+    else the shared one of ``$LEGORL_HOME``, opened on first use (constructing a backend touches no disk)."""
+
+    _cache: ImageCache | None = None
+
+    @property
+    def cache(self) -> ImageCache:
+        if self._cache is None:
+            self._cache = default_cache()
+        return self._cache
+
+
 def spec_recipes(spec: Any) -> tuple[InstanceRecipe, EnvRecipe]:
     """The instance and env recipes a :class:`SandboxSpec` asks for."""
-    inst = InstanceRecipe(Path(spec.source_dir), getattr(spec, "base_commit", "") or "",
-                          tuple(getattr(spec, "setup_commands", ()) or ()))
+    inst = InstanceRecipe(
+        Path(spec.source_dir), getattr(spec, "base_commit", "") or "", tuple(getattr(spec, "setup_commands", ()) or ())
+    )
     env = getattr(spec, "env_recipe", None) or EnvRecipe()
     return inst, env
 
 
 __all__ = [
-    "BaseRecipe", "CacheStats", "EnvRecipe", "ImageBuildError", "ImageCache", "ImageDiskFullError",
-    "InstanceRecipe", "Layer", "Lease", "PrewarmHandle", "bwrap_base_recipe", "default_cache",
-    "recipe_key", "source_content_id", "spec_recipes",
+    "BaseRecipe",
+    "CacheStats",
+    "EnvRecipe",
+    "ImageBuildError",
+    "ImageCache",
+    "ImageDiskFullError",
+    "ImageCacheUser",
+    "InstanceRecipe",
+    "Layer",
+    "LayerBuilder",
+    "Lease",
+    "PrewarmHandle",
+    "bwrap_base_recipe",
+    "default_cache",
+    "recipe_key",
+    "source_content_id",
+    "spec_recipes",
 ]

@@ -13,19 +13,17 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import os
 from pathlib import Path
 
 _MNT_DETACH = 2
-_libc = None
 
 
+@functools.cache
 def _lib() -> ctypes.CDLL | None:
-    global _libc
-    if _libc is None:
-        name = ctypes.util.find_library("c")
-        _libc = ctypes.CDLL(name, use_errno=True) if name else False
-    return _libc or None
+    name = ctypes.util.find_library("c")
+    return ctypes.CDLL(name, use_errno=True) if name else None
 
 
 def mount_overlay(lower: Path, upper: Path, work: Path, target: Path) -> bool:

@@ -67,15 +67,13 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import shlex
 import shutil
 import signal
 import subprocess
 import threading
-import time
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 from legorl.errors import SandboxError
 from legorl.sandbox.base import (
@@ -85,52 +83,55 @@ from legorl.sandbox.base import (
     SANDBOX_USER,
     WORKSPACE,
     ExecResult,
+    HostWorkspaceSandbox,
     SandboxSpec,
-    WorkspaceFiles,
 )
-from legorl.sandbox.bwrap import (
-    _DIFF_LIMIT,
-    _GIT_ENV,
-    FORWARDER_PATH,
-    GATEWAY_SOCKET_INSIDE,
-    GIT_CONFIG,
-    _discard,
-    _drain,
-    _feed,
-    copy_workspace,
-    legorl_home,
-)
-from legorl.sandbox.hostproc import wait_with_deadline
+from legorl.sandbox.hostfs import copy_workspace, discard
+from legorl.sandbox.hostproc import Captured, kill_group, require_program, run_captured, signal_name
 from legorl.sandbox.images import (
     BaseRecipe,
     EnvRecipe,
     ImageBuildError,
     ImageCache,
+    ImageCacheUser,
     InstanceRecipe,
     Layer,
-    default_cache,
     run_step,
     spec_recipes,
 )
+from legorl.sandbox.inside import ENV_INSIDE, FORWARDER_PATH, GATEWAY_SOCKET_INSIDE, exec_env, inner_command, inside_cwd
+from legorl.settings import legorl_home
 
 __all__ = ["PodmanBackend", "PodmanSandbox", "podman_base_recipe", "swebench_image_name", "DEBIAN_MIRROR"]
 
-ENV_INSIDE = "/run/legorl/env"
 FORWARDER_INSIDE = "/run/legorl/forwarder.py"
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
 BASE_PACKAGES = ("python3", "python3-pytest", "git", "patch")
 IMAGE_BUILD = "etc-scrub-1"  # bump when _scrub_rootfs changes (part of the base recipe key)
 # Files of a debootstrap rootfs that come from the host or hold password hashes.
-_SCRUB = ("etc/resolv.conf", "etc/hostname", "etc/shadow", "etc/shadow-", "etc/gshadow", "etc/gshadow-",
-          "etc/passwd-", "etc/group-", "etc/machine-id", "var/lib/dbus/machine-id", "etc/apt/sources.list")
+_SCRUB = (
+    "etc/resolv.conf",
+    "etc/hostname",
+    "etc/shadow",
+    "etc/shadow-",
+    "etc/gshadow",
+    "etc/gshadow-",
+    "etc/passwd-",
+    "etc/group-",
+    "etc/machine-id",
+    "var/lib/dbus/machine-id",
+    "etc/apt/sources.list",
+)
 
 
 # pid 1 is the --init (catatonit), the keeper ``sleep infinity`` (root) wrote its pid to KEEPER_PID;
 # everything else belongs to execs (uid 1000, which cannot signal root's processes anyway).
 KEEPER_PID = "/run/legorl-keeper.pid"
-_KEEPER = f'echo $$ > {KEEPER_PID} && exec sleep infinity'
-_KILL_ALL = (f'k=$(cat {KEEPER_PID} 2>/dev/null); for p in /proc/[0-9]*; do p=${{p#/proc/}}; '
-             '[ "$p" != 1 ] && [ "$p" != "$k" ] && [ "$p" != $$ ] && kill -9 "$p" 2>/dev/null; done; true')
+_KEEPER = f"echo $$ > {KEEPER_PID} && exec sleep infinity"
+_KILL_ALL = (
+    f"k=$(cat {KEEPER_PID} 2>/dev/null); for p in /proc/[0-9]*; do p=${{p#/proc/}}; "
+    '[ "$p" != 1 ] && [ "$p" != "$k" ] && [ "$p" != $$ ] && kill -9 "$p" 2>/dev/null; done; true'
+)
 
 
 def swebench_image_name(instance_id: str, arch: str = "x86_64", tag: str = "latest") -> str:
@@ -153,10 +154,18 @@ def _apt_mirror() -> str:
     return DEBIAN_MIRROR
 
 
-def podman_base_recipe(suite: str = "bookworm", packages: tuple[str, ...] = BASE_PACKAGES,
-                       mirror: str | None = None, image: str = "") -> BaseRecipe:
-    return BaseRecipe(backend="oci", os=f"debian:{suite}", variant="minbase", packages=tuple(packages),
-                      mirror=mirror or _apt_mirror(), image=image, build=IMAGE_BUILD)
+def podman_base_recipe(
+    suite: str = "bookworm", packages: tuple[str, ...] = BASE_PACKAGES, mirror: str | None = None, image: str = ""
+) -> BaseRecipe:
+    return BaseRecipe(
+        backend="oci",
+        os=f"debian:{suite}",
+        variant="minbase",
+        packages=tuple(packages),
+        mirror=mirror or _apt_mirror(),
+        image=image,
+        build=IMAGE_BUILD,
+    )
 
 
 def _scrub_rootfs(rootfs: Path) -> None:
@@ -192,9 +201,16 @@ def _chown_tree(root: Path, uid: int, gid: int) -> None:
             os.lchown(os.path.join(dirpath, name), uid, gid)
 
 
-class PodmanSandbox(WorkspaceFiles):
-    def __init__(self, backend: "PodmanBackend", spec: SandboxSpec, sandbox_dir: Path, container: str,
-                 base_commit: str, env_lease=None):  # noqa: ANN001
+class PodmanSandbox(HostWorkspaceSandbox):
+    def __init__(
+        self,
+        backend: PodmanBackend,
+        spec: SandboxSpec,
+        sandbox_dir: Path,
+        container: str,
+        base_commit: str,
+        env_lease=None,
+    ):  # noqa: ANN001
         self.backend = backend
         self.spec = spec
         self.sandbox_dir = sandbox_dir
@@ -205,46 +221,44 @@ class PodmanSandbox(WorkspaceFiles):
         self._destroyed = False
 
     def _env(self, extra: Mapping[str, str] | None) -> dict[str, str]:
-        env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": SANDBOX_HOME,
-               "LANG": "C.UTF-8"}
-        if self._env_lease is not None:
-            env["PATH"] = f"{ENV_INSIDE}/bin:{env['PATH']}"
-            env["PYTHONPATH"] = f"{ENV_INSIDE}/site-packages"
-        env.update(self.spec.env)
-        env.update(extra or {})
-        return env
+        return exec_env(self.spec, extra, env_layer=self._env_lease is not None)
 
-    def exec(self, cmd: list[str] | str, timeout: float = 60.0, env: Mapping[str, str] | None = None,
-             cwd: str = WORKSPACE, max_output_bytes: int = 200_000, stdin: str | None = None) -> ExecResult:
+    def exec(
+        self,
+        cmd: list[str] | str,
+        timeout: float = 60.0,
+        env: Mapping[str, str] | None = None,
+        cwd: str = WORKSPACE,
+        max_output_bytes: int = 200_000,
+        stdin: str | None = None,
+    ) -> ExecResult:
         if self._destroyed:
             raise SandboxError(f"sandbox {self.name} was destroyed")
-        inner = ["bash", "-c", cmd] if isinstance(cmd, str) else list(cmd)
-        if not inner:
-            raise SandboxError("empty command")
-        if not cwd.startswith("/"):
-            cwd = f"{WORKSPACE}/{cwd}"
-        if self.spec.gateway_socket is not None:
-            inner = ["python3", "-I", "-S", FORWARDER_INSIDE, "--socket", GATEWAY_SOCKET_INSIDE,
-                     "--port", str(self.spec.gateway_port), "--", *inner]
-        argv = [self.backend.exe, "exec"]
-        if stdin is not None:
-            argv.append("-i")
-        argv += ["--workdir", cwd, "--user", f"{SANDBOX_UID}:{SANDBOX_GID}"]
+        inner = inner_command(cmd, self.spec, python="python3", forwarder=FORWARDER_INSIDE)
+        argv = [
+            self.backend.exe,
+            "exec",
+            *(["-i"] if stdin is not None else []),
+            "--workdir",
+            inside_cwd(cwd),
+            "--user",
+            f"{SANDBOX_UID}:{SANDBOX_GID}",
+        ]
         env_argv, env_file, proc_env = self._env_args(self._env(env))
-        argv += env_argv
-        argv += [self.name, *inner]
-        start = time.monotonic()
         try:
-            proc = subprocess.Popen(argv, stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-                                    env=proc_env)
+            run = run_captured(
+                [*argv, *env_argv, self.name, *inner],
+                env=proc_env,
+                timeout=timeout,
+                max_output_bytes=max_output_bytes,
+                stdin=stdin,
+                stop=self._stop,
+            )
         except OSError as exc:
-            _remove_env_file(env_file)
             raise SandboxError(f"cannot run {self.backend.exe}: {exc}") from None
-        try:
-            return self._finish(proc, start, timeout, max_output_bytes, stdin)
         finally:
             _remove_env_file(env_file)
+        return self._result(run, timeout)
 
     def _env_args(self, env: Mapping[str, str]) -> tuple[list[str], Path | None, dict[str, str] | None]:
         """(podman arguments, env file to remove afterwards, podman's environment): values go to a
@@ -271,62 +285,55 @@ class PodmanSandbox(WorkspaceFiles):
                 argv += ["--env", k]
         return argv, path, proc_env
 
-    def _finish(self, proc: subprocess.Popen, start: float, timeout: float, max_output_bytes: int,
-                stdin: str | None) -> ExecResult:
-        out: list[bytes] = []
-        err: list[bytes] = []
-        flags: dict[str, bool] = {}
-        threads = [threading.Thread(target=_drain, args=(proc.stdout, max_output_bytes, out, flags, "out"), daemon=True),
-                   threading.Thread(target=_drain, args=(proc.stderr, max_output_bytes, err, flags, "err"), daemon=True)]
-        if stdin is not None:
-            threads.append(threading.Thread(target=_feed, args=(proc.stdin, stdin.encode()), daemon=True))
-        for t in threads:
-            t.start()
-        def stop() -> None:
-            self._kill_inside()
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
+    def _stop(self, proc: subprocess.Popen) -> None:
+        """End an exec: its processes in the container (the client's death does not), then the client."""
+        self._kill_inside()
+        kill_group(proc)
 
-        try:
-            timed_out = wait_with_deadline(proc, timeout, stop)
-        except BaseException:
-            self._kill_inside()
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            raise
-        for t in threads:
-            t.join(timeout=5)
-        rc = proc.returncode
-        stderr = b"".join(err).decode("utf-8", "replace")
-        killed = None
+    def _result(self, run: Captured, timeout: float) -> ExecResult:
+        rc, killed, stderr = run.exit_code, run.signal, run.stderr
         cause = ""
-        if rc < 0:
-            killed, rc = -rc, 128 - rc
-        elif 128 < rc <= 128 + 64:
-            killed = rc - 128
-        if timed_out:
+        if run.timed_out:
             cause = f"timeout after {timeout:.1f}s"
-        elif rc in (125, 126, 127, 255) and stderr.startswith("Error:") and \
-                (rc in (125, 255) or self.backend._state(self.name) != "running"):
+        elif (
+            rc in (125, 126, 127, 255)
+            and stderr.startswith("Error:")
+            and (rc in (125, 255) or self.backend._state(self.name) != "running")
+        ):
             state = self.backend._state(self.name)
-            hint = (f" (are the sandbox's {self.spec.max_pids} pids in use by leftover processes?)"
-                    if "OCI runtime" in stderr and state == "running" else "")
-            raise SandboxError(f"{self.backend.exe} exec failed in sandbox {self.name} "
-                               f"(container state: {state or 'gone'}){hint}: {stderr.strip()[-2000:]}")
+            hint = (
+                f" (are the sandbox's {self.spec.max_pids} pids in use by leftover processes?)"
+                if "OCI runtime" in stderr and state == "running"
+                else ""
+            )
+            raise SandboxError(
+                f"{self.backend.exe} exec failed in sandbox {self.name} "
+                f"(container state: {state or 'gone'}){hint}: {stderr.strip()[-2000:]}"
+            )
         elif killed:
-            cause = f"killed by signal {killed} ({signal.Signals(killed).name})" if killed < 65 else ""
+            cause = f"killed by signal {killed} ({signal_name(killed)})"
             if killed == signal.SIGKILL:
                 cause += f"; memory limit {self.spec.memory_mb} MiB or an external kill"
-        return ExecResult(exit_code=rc, stdout=b"".join(out).decode("utf-8", "replace"), stderr=stderr,
-                          duration_s=time.monotonic() - start, timed_out=timed_out, truncated=bool(flags),
-                          killed_by_signal=killed, cause=cause)
+        return ExecResult(
+            exit_code=rc,
+            stdout=run.stdout,
+            stderr=stderr,
+            duration_s=run.duration_s,
+            timed_out=run.timed_out,
+            truncated=run.truncated,
+            killed_by_signal=killed,
+            cause=cause,
+        )
 
     def _kill_inside(self) -> None:
         """Kill every process of the container's execs (the exec client's death does not), keeping
         its init and keeper so the container stays up."""
         with contextlib.suppress(OSError, subprocess.SubprocessError):
-            subprocess.run([self.backend.exe, "exec", "--user", f"{SANDBOX_UID}:{SANDBOX_GID}", self.name,
-                            "sh", "-c", _KILL_ALL], capture_output=True, timeout=30)
+            subprocess.run(
+                [self.backend.exe, "exec", "--user", f"{SANDBOX_UID}:{SANDBOX_GID}", self.name, "sh", "-c", _KILL_ALL],
+                capture_output=True,
+                timeout=30,
+            )
 
     def write_file(self, path: str, content: str) -> None:
         """Write on the host copy, then hand the file (and new parents) to the sandbox user."""
@@ -338,17 +345,6 @@ class PodmanSandbox(WorkspaceFiles):
                 with contextlib.suppress(OSError):
                     os.lchown(p, SANDBOX_UID, SANDBOX_GID)
 
-    def diff(self) -> str:
-        git = ["git", *GIT_CONFIG]
-        script = (f"{shlex.join(git)} add -A >/dev/null && {shlex.join(git)} diff --cached --binary --no-ext-diff "
-                  f"--no-textconv --no-color {self.base_commit} --")
-        res = self.exec(script, timeout=300, env=_GIT_ENV, max_output_bytes=_DIFF_LIMIT)
-        if res.timed_out or res.exit_code != 0:
-            raise SandboxError(f"git diff failed in sandbox {self.name} (exit {res.exit_code}): {res.stderr.strip()[-2000:]}")
-        if res.truncated:
-            raise SandboxError(f"diff of sandbox {self.name} exceeds {_DIFF_LIMIT} bytes")
-        return res.stdout
-
     def destroy(self) -> None:
         if self._destroyed:
             return
@@ -358,22 +354,23 @@ class PodmanSandbox(WorkspaceFiles):
         if self._env_lease is not None:
             self._env_lease.release()
         if self.sandbox_dir.exists():
-            _discard(self.sandbox_dir)
-
-    def __enter__(self) -> "PodmanSandbox":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.destroy()
+            discard(self.sandbox_dir)
 
 
-class PodmanBackend:
+class PodmanBackend(ImageCacheUser):
     """``executable``: ``podman`` (default) or ``docker``. ``image``: use this image as base instead of
     the debootstrap one (e.g. a SWE-bench image). ``runtime``: OCI runtime flag (``None`` to omit)."""
 
-    def __init__(self, root: Path | None = None, cache: ImageCache | None = None, executable: str = "podman",
-                 image: str | None = None, runtime: str | None = "runc", base_recipe: BaseRecipe | None = None,
-                 extra_run_args: tuple[str, ...] = ()):
+    def __init__(
+        self,
+        root: Path | None = None,
+        cache: ImageCache | None = None,
+        executable: str = "podman",
+        image: str | None = None,
+        runtime: str | None = "runc",
+        base_recipe: BaseRecipe | None = None,
+        extra_run_args: tuple[str, ...] = (),
+    ):
         self.executable = executable
         self.name = Path(executable).name
         self.python = "python3"  # the image's interpreter (graders and forwarders run with it)
@@ -388,29 +385,24 @@ class PodmanBackend:
         self._base_image: str | None = None
 
     @property
-    def cache(self) -> ImageCache:
-        if self._cache is None:
-            self._cache = default_cache()
-        return self._cache
-
-    @property
     def exe(self) -> str:
         if self._exe is None:
-            found = shutil.which(self.executable)
-            if not found:
-                raise SandboxError(f"{self.executable} is not installed; install it with `apt-get install -y "
-                                   f"{'podman runc uidmap' if self.name == 'podman' else 'docker.io'}`")
-            self._exe = found
+            packages = "podman runc uidmap" if self.name == "podman" else "docker.io"
+            self._exe = require_program(self.executable, f"`apt-get install -y {packages}`")
         return self._exe
 
     def _state(self, name: str) -> str:
-        res = subprocess.run([self.exe, "inspect", "--format", "{{.State.Status}}", name], capture_output=True,
-                             text=True, timeout=60)
+        res = subprocess.run(
+            [self.exe, "inspect", "--format", "{{.State.Status}}", name], capture_output=True, text=True, timeout=60
+        )
         return res.stdout.strip() if res.returncode == 0 else ""
 
     def image_exists(self, image: str) -> bool:
-        res = subprocess.run([self.exe, "image", "exists", image] if self.name == "podman"
-                             else [self.exe, "image", "inspect", image], capture_output=True, timeout=60)
+        res = subprocess.run(
+            [self.exe, "image", "exists", image] if self.name == "podman" else [self.exe, "image", "inspect", image],
+            capture_output=True,
+            timeout=60,
+        )
         return res.returncode == 0
 
     # -- images -----------------------------------------------------------------------------------
@@ -420,8 +412,19 @@ class PodmanBackend:
             raise ImageBuildError("debootstrap is not installed (apt-get install -y debootstrap)", step="debootstrap")
         rootfs = data.parent / "rootfs"
         suite = recipe.os.split(":", 1)[1]
-        run_step("debootstrap", ["debootstrap", f"--variant={recipe.variant}", f"--include={','.join(recipe.packages)}",
-                                 suite, str(rootfs), recipe.mirror], cwd=data.parent, timeout=3600)
+        run_step(
+            "debootstrap",
+            [
+                "debootstrap",
+                f"--variant={recipe.variant}",
+                f"--include={','.join(recipe.packages)}",
+                suite,
+                str(rootfs),
+                recipe.mirror,
+            ],
+            cwd=data.parent,
+            timeout=3600,
+        )
         for junk in ("var/cache/apt/archives", "var/lib/apt/lists"):
             for p in (rootfs / junk).glob("*"):
                 if p.is_file():
@@ -429,19 +432,25 @@ class PodmanBackend:
         _scrub_rootfs(rootfs)
         tar = subprocess.Popen(["tar", "-C", str(rootfs), "--numeric-owner", "-c", "."], stdout=subprocess.PIPE)
         try:
-            imp = subprocess.run([self.exe, "import", "-", image], stdin=tar.stdout, capture_output=True,
-                                 text=True, timeout=1800)
+            imp = subprocess.run(
+                [self.exe, "import", "-", image], stdin=tar.stdout, capture_output=True, text=True, timeout=1800
+            )
         finally:
-            tar.stdout.close()
+            if tar.stdout is not None:
+                tar.stdout.close()
             tar.wait()
         shutil.rmtree(rootfs, ignore_errors=True)
         if imp.returncode != 0 or tar.returncode != 0:
             raise ImageBuildError("import failed", step=f"{self.name} import", output=imp.stderr + imp.stdout)
         data.mkdir()
-        size = subprocess.run([self.exe, "image", "inspect", "--format", "{{.Size}}", image], capture_output=True,
-                              text=True, timeout=60).stdout.strip()
-        return {"image": image, "bytes": int(size) if size.isdigit() else 1,
-                "evict_cmd": [self.exe, "rmi", "-f", image]}
+        size = subprocess.run(
+            [self.exe, "image", "inspect", "--format", "{{.Size}}", image], capture_output=True, text=True, timeout=60
+        ).stdout.strip()
+        return {
+            "image": image,
+            "bytes": int(size) if size.isdigit() else 1,
+            "evict_cmd": [self.exe, "rmi", "-f", image],
+        }
 
     def base_layer(self) -> Layer:
         """The base image's layer (built by debootstrap + import when absent; skipped if the image exists)."""
@@ -451,8 +460,10 @@ class PodmanBackend:
             return self.cache.base(recipe, lambda d: {"image": self.image})
         image = f"legorl/base:{recipe.key()[:16]}"
         with self._base_lock:
-            layer = self.cache.base(recipe, lambda d: (
-                {"image": image, "bytes": 1} if self.image_exists(image) else self._build_base(d, image)))
+            layer = self.cache.base(
+                recipe,
+                lambda d: {"image": image, "bytes": 1} if self.image_exists(image) else self._build_base(d, image),
+            )
             if not self.image_exists(image):  # removed behind our back: rebuild
                 self.cache.remove("base", recipe.key())
                 layer = self.cache.base(recipe, lambda d: self._build_base(d, image))
@@ -472,18 +483,22 @@ class PodmanBackend:
             if not Path(spec.gateway_socket).exists():
                 raise SandboxError(f"gateway socket {spec.gateway_socket} does not exist")
             st = os.stat(spec.gateway_socket)
-            if not (st.st_mode & 0o002 or (st.st_uid == SANDBOX_UID and st.st_mode & 0o200)
-                    or (st.st_gid == SANDBOX_GID and st.st_mode & 0o020)):
-                raise SandboxError(f"gateway socket {spec.gateway_socket} is not writable by the sandbox user "
-                                   f"(uid {SANDBOX_UID}); the gateway creates it 0666 (chmod it so)")
+            if not (
+                st.st_mode & 0o002
+                or (st.st_uid == SANDBOX_UID and st.st_mode & 0o200)
+                or (st.st_gid == SANDBOX_GID and st.st_mode & 0o020)
+            ):
+                raise SandboxError(
+                    f"gateway socket {spec.gateway_socket} is not writable by the sandbox user "
+                    f"(uid {SANDBOX_UID}); the gateway creates it 0666 (chmod it so)"
+                )
         base = self.base_layer()
-        image = getattr(spec, "image", None) or base.meta.get("image")
+        image = spec.image or str(base.meta["image"])
         env_layer = self.cache.env(env_recipe, base, lease=not env_recipe.empty)
         try:
             inst = self.cache.instance(inst_recipe, env_layer, lease=True)
         except BaseException:
-            if env_layer.lease:
-                env_layer.lease.release()
+            env_layer.release()
             raise
         self.root.mkdir(parents=True, exist_ok=True)
         cid = f"legorl-sb-{uuid.uuid4().hex[:12]}"
@@ -493,19 +508,46 @@ class PodmanBackend:
             try:
                 copy_workspace(inst.path, sandbox_dir / "workspace")
             finally:
-                inst.lease.release()
+                inst.release()
             (sandbox_dir / "home").mkdir()
             for tree in ("workspace", "home"):  # writable by the sandbox user (execs run as uid 1000)
                 _chown_tree(sandbox_dir / tree, SANDBOX_UID, SANDBOX_GID)
-            argv = [self.exe, "run", "-d", "--name", cid, "--hostname", "sandbox", "--network", "none",
-                    "--no-hosts", "--read-only",
-                    "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024",
-                    "--memory", f"{spec.memory_mb}m", "--memory-swap", f"{spec.memory_mb}m",
-                    "--pids-limit", str(spec.max_pids), "--cap-drop", "ALL",
-                    "--security-opt", "no-new-privileges", "--init",
-                    "-v", f"{sandbox_dir / 'workspace'}:{WORKSPACE}:rw",
-                    "-v", f"{sandbox_dir / 'home'}:{SANDBOX_HOME}:rw",
-                    "-v", f"{FORWARDER_PATH}:{FORWARDER_INSIDE}:ro", "--workdir", WORKSPACE]
+            argv = [
+                self.exe,
+                "run",
+                "-d",
+                "--name",
+                cid,
+                "--hostname",
+                "sandbox",
+                "--network",
+                "none",
+                "--no-hosts",
+                "--read-only",
+                "--ulimit",
+                "nofile=1024:1024",
+                "--ulimit",
+                "nproc=1024:1024",
+                "--memory",
+                f"{spec.memory_mb}m",
+                "--memory-swap",
+                f"{spec.memory_mb}m",
+                "--pids-limit",
+                str(spec.max_pids),
+                "--cap-drop",
+                "ALL",
+                "--security-opt",
+                "no-new-privileges",
+                "--init",
+                "-v",
+                f"{sandbox_dir / 'workspace'}:{WORKSPACE}:rw",
+                "-v",
+                f"{sandbox_dir / 'home'}:{SANDBOX_HOME}:rw",
+                "-v",
+                f"{FORWARDER_PATH}:{FORWARDER_INSIDE}:ro",
+                "--workdir",
+                WORKSPACE,
+            ]
             if self.runtime:
                 argv[2:2] = ["--runtime", self.runtime]
             if not env_recipe.empty:
@@ -517,17 +559,17 @@ class PodmanBackend:
             argv += [*self.extra_run_args, image, "sh", "-c", _KEEPER]
             res = subprocess.run(argv, capture_output=True, text=True, timeout=300)
             if res.returncode != 0:
-                raise SandboxError(f"{self.name} run failed for sandbox {cid}: {(res.stderr or res.stdout).strip()[-2000:]}")
+                raise SandboxError(
+                    f"{self.name} run failed for sandbox {cid}: {(res.stderr or res.stdout).strip()[-2000:]}"
+                )
         except BaseException as exc:
             with contextlib.suppress(OSError, subprocess.SubprocessError):
                 subprocess.run([self.exe, "rm", "-f", "-t", "0", cid], capture_output=True, timeout=120)
             shutil.rmtree(sandbox_dir, ignore_errors=True)
-            if env_layer.lease:
-                env_layer.lease.release()
+            env_layer.release()
             if isinstance(exc, SandboxError):
                 raise
             if isinstance(exc, (OSError, subprocess.SubprocessError)):
                 raise SandboxError(f"cannot create {self.name} sandbox: {exc}") from exc
             raise
         return PodmanSandbox(self, spec, sandbox_dir, cid, inst.meta["commit"], env_layer.lease)
-

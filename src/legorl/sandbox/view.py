@@ -52,9 +52,11 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from legorl.errors import SandboxError
 from legorl.sandbox.base import SANDBOX_GID, SANDBOX_HOME, SANDBOX_UID, SANDBOX_USER
+from legorl.settings import legorl_home
 
 BUILTIN_SUITES_DIR = Path(__file__).resolve().parent.parent / "tasks" / "suites"
 PACKAGE_DIR = Path(__file__).resolve().parent.parent  # .../legorl
@@ -67,14 +69,22 @@ SHARE_ALLOW = ("ca-certificates", "git-core", "misc", "file", "perl", "perl5", "
 # Distribution site-packages hidden unless the sandbox's interpreter uses them.
 DIST_SITE_DIRS = ("/usr/lib/python3/dist-packages",)
 # Public system files copied into the synthetic /etc (when the host has them).
-ETC_COPY = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "ssl/openssl.cnf", "protocols",
-            "services", "mime.types", "locale.alias", "debian_version", "magic", "magic.mime")
+ETC_COPY = (
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "alternatives",
+    "ssl/openssl.cnf",
+    "protocols",
+    "services",
+    "mime.types",
+    "locale.alias",
+    "debian_version",
+    "magic",
+    "magic.mime",
+)
 ETC_LINKS = ("os-release", "localtime")
 _RECHECK_S = 10.0
-
-
-def legorl_home() -> Path:
-    return Path(os.environ.get("LEGORL_HOME") or Path.home() / ".cache" / "legorl").expanduser()
 
 
 def is_under(path: Path | str, parent: Path | str) -> bool:
@@ -108,12 +118,22 @@ def interpreter(python: str) -> Interpreter:
         import sysconfig
 
         base_paths = sysconfig.get_paths(vars={"base": sys.base_prefix, "platbase": sys.base_prefix})
-        info = [sys.prefix, sys.base_prefix, os.path.realpath(sys.executable), site.getsitepackages(),
-                [base_paths["purelib"], base_paths["platlib"]]]
+        info: list[Any] = [
+            sys.prefix,
+            sys.base_prefix,
+            os.path.realpath(sys.executable),
+            site.getsitepackages(),
+            [base_paths["purelib"], base_paths["platlib"]],
+        ]
     else:
         try:
-            res = subprocess.run([python, "-I", "-c", _INTERP_CODE], capture_output=True, text=True, timeout=60,
-                                 env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")})
+            res = subprocess.run(
+                [python, "-I", "-c", _INTERP_CODE],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+            )
             info = json.loads(res.stdout)
         except (OSError, ValueError, subprocess.SubprocessError) as exc:
             raise SandboxError(f"cannot inspect the sandbox interpreter {python}: {exc}") from None
@@ -126,24 +146,27 @@ def interpreter(python: str) -> Interpreter:
         if p not in prefixes:
             prefixes.append(p)
     used = list(dict.fromkeys(os.path.realpath(s) for s in [*sites, *base_sites]))
-    out = Interpreter(os.path.abspath(python), tuple(prefixes), str(Path(os.path.abspath(python)).parent),
-                      tuple(used))
+    out = Interpreter(os.path.abspath(python), tuple(prefixes), str(Path(os.path.abspath(python)).parent), tuple(used))
     _interp_memo[python] = out
     return out
 
 
 # -------------------------------------------------------------------------------- generated trees
-_ETC_PASSWD = (f"root:x:0:0:root:/root:/usr/sbin/nologin\n"
-               f"{SANDBOX_USER}:x:{SANDBOX_UID}:{SANDBOX_GID}:LEGO-RL sandbox:{SANDBOX_HOME}:/bin/bash\n"
-               "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n")
+_ETC_PASSWD = (
+    f"root:x:0:0:root:/root:/usr/sbin/nologin\n"
+    f"{SANDBOX_USER}:x:{SANDBOX_UID}:{SANDBOX_GID}:LEGO-RL sandbox:{SANDBOX_HOME}:/bin/bash\n"
+    "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
+)
 _ETC_GROUP = f"root:x:0:\n{SANDBOX_USER}:x:{SANDBOX_GID}:\nnogroup:x:65534:\n"
 _ETC_FILES = {
     "passwd": _ETC_PASSWD,
     "group": _ETC_GROUP,
     "hosts": "127.0.0.1\tlocalhost sandbox\n::1\tlocalhost ip6-localhost ip6-loopback\n",
     "hostname": "sandbox\n",
-    "nsswitch.conf": ("passwd: files\ngroup: files\nshadow: files\nhosts: files\nnetworks: files\n"
-                      "protocols: files\nservices: files\nethers: files\nrpc: files\n"),
+    "nsswitch.conf": (
+        "passwd: files\ngroup: files\nshadow: files\nhosts: files\nnetworks: files\n"
+        "protocols: files\nservices: files\nethers: files\nrpc: files\n"
+    ),
     "shells": "/bin/sh\n/bin/bash\n/usr/bin/sh\n/usr/bin/bash\n",
 }
 
@@ -160,7 +183,7 @@ def _stat_key(paths: list[str]) -> str:
 
 
 def _etc_sources() -> list[str]:
-    return ([f"/etc/{n}" for n in (*ETC_COPY, *ETC_LINKS)] + ["/etc/ssl/certs", "/etc/ssl/certs/ca-certificates.crt"])
+    return [f"/etc/{n}" for n in (*ETC_COPY, *ETC_LINKS)] + ["/etc/ssl/certs", "/etc/ssl/certs/ca-certificates.crt"]
 
 
 def _share_sources() -> list[str]:
@@ -390,8 +413,9 @@ def _build_view(python: str, hide: tuple[str, ...], perms: bool = True) -> HostV
             masked.append(rp)
     for m in masked:
         args += [*(["--perms", "0555"] if perms else []), "--tmpfs", m]
-    return HostView(system_args, args, tuple(roots), tuple(masked), tuple(binds), interp, tuple(tree_binds),
-                    (str(share), str(etc)))
+    return HostView(
+        system_args, args, tuple(roots), tuple(masked), tuple(binds), interp, tuple(tree_binds), (str(share), str(etc))
+    )
 
 
 _view_memo: dict[tuple, HostView] = {}
@@ -399,8 +423,16 @@ _view_lock = threading.Lock()
 
 
 def _view_key() -> str:
-    return _stat_key(["/", "/usr", *(f"/usr/{n}" for n in USR_ALLOW), *(f"/{n}" for n in ROOT_LINKS),
-                      *_share_sources(), *_etc_sources()])
+    return _stat_key(
+        [
+            "/",
+            "/usr",
+            *(f"/usr/{n}" for n in USR_ALLOW),
+            *(f"/{n}" for n in ROOT_LINKS),
+            *_share_sources(),
+            *_etc_sources(),
+        ]
+    )
 
 
 def host_view(python: str, hide: tuple[str, ...] = (), perms: bool = True) -> HostView:
@@ -425,5 +457,14 @@ def host_view(python: str, hide: tuple[str, ...] = (), perms: bool = True) -> Ho
         return view
 
 
-__all__ = ["HostView", "Interpreter", "host_view", "interpreter", "is_under", "legorl_home", "project_trees",
-           "BUILTIN_SUITES_DIR", "SHARE_ALLOW", "USR_ALLOW"]
+__all__ = [
+    "HostView",
+    "Interpreter",
+    "host_view",
+    "interpreter",
+    "is_under",
+    "project_trees",
+    "BUILTIN_SUITES_DIR",
+    "SHARE_ALLOW",
+    "USR_ALLOW",
+]

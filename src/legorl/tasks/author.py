@@ -26,15 +26,14 @@ from pathlib import Path
 from typing import Any
 
 from legorl.errors import TaskError
-from legorl.grading.monitor import is_test_module
+from legorl.grading.rules import is_test_module
+from legorl.sandbox.git import git_argv, host_git_env
 from legorl.tasks.loader import load_task_dir
 
 _SKIP = {".git", "__pycache__", ".pytest_cache"}
-_GIT = ["git", "-c", "user.name=legorl", "-c", "user.email=legorl@localhost", "-c", "core.autocrlf=false",
-        "-c", "commit.gpgsign=false", "-c", "init.defaultBranch=main", "-c", "core.hooksPath=/dev/null"]
 
 # A pytest plugin that records {nodeid: passed|failed|error|skipped} in run order.
-_PLUGIN = '''
+_PLUGIN = """
 import json, os
 _seen = {}
 def pytest_runtest_logreport(report):
@@ -50,7 +49,7 @@ def pytest_collectreport(report):
 def pytest_sessionfinish(session):
     with open(os.environ["LEGORL_AUTHOR_REPORT"], "w") as f:
         json.dump(_seen, f)
-'''
+"""
 
 Files = dict[str, tuple[int, bytes]]  # repo-relative path -> (mode, bytes)
 
@@ -76,10 +75,7 @@ def write_tree(root: Path, files: Files) -> None:
 
 
 def _git(args: list[str], cwd: Path) -> str:
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(cwd), "GIT_CONFIG_NOSYSTEM": "1",
-           "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CEILING_DIRECTORIES": str(cwd.parent),
-           "GIT_AUTHOR_DATE": "2000-01-01T00:00:00Z", "GIT_COMMITTER_DATE": "2000-01-01T00:00:00Z"}
-    res = subprocess.run([*_GIT, *args], cwd=cwd, env=env, capture_output=True, timeout=120)
+    res = subprocess.run(git_argv(*args), cwd=cwd, env=host_git_env(cwd), capture_output=True, timeout=120)
     if res.returncode != 0:
         raise TaskError(f"git {args[0]} failed: {res.stderr.decode('utf-8', 'replace').strip()}")
     return res.stdout.decode("utf-8", "replace")
@@ -108,17 +104,29 @@ def run_pytest(files: Files, timeout: float = 120) -> dict[str, str]:
         write_tree(root, files)
         plugin.mkdir()
         (plugin / "_legorl_author_report.py").write_text(_PLUGIN)
-        env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
-               "PYTHONPATH": str(plugin), "LEGORL_AUTHOR_REPORT": str(report)}
+        env = {
+            **os.environ,
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+            "PYTHONPATH": str(plugin),
+            "LEGORL_AUTHOR_REPORT": str(report),
+        }
         try:
-            res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                                  "-p", "_legorl_author_report"], cwd=root, env=env, capture_output=True,
-                                 text=True, timeout=timeout)
+            res = subprocess.run(
+                [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "_legorl_author_report"],
+                cwd=root,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+            )
         except subprocess.TimeoutExpired:
             raise TaskError(f"pytest ran over {timeout:.0f}s") from None
         if not report.is_file():
-            raise TaskError(f"pytest wrote no report (exit {res.returncode}; is pytest installed for "
-                            f"{sys.executable}?):\n{res.stdout[-2000:]}\n{res.stderr[-2000:]}")
+            raise TaskError(
+                f"pytest wrote no report (exit {res.returncode}; is pytest installed for "
+                f"{sys.executable}?):\n{res.stdout[-2000:]}\n{res.stderr[-2000:]}"
+            )
         return json.loads(report.read_text())
 
 
@@ -131,15 +139,30 @@ def _buggy_files(base: Path, buggy: Path) -> Files:
         root = Path(tmp) / "repo"
         root.mkdir()
         write_tree(root, read_tree(base))
-        res = subprocess.run(["git", "apply", "--whitespace=nowarn", str(buggy.resolve())], cwd=root,
-                             env={**os.environ, "GIT_CEILING_DIRECTORIES": tmp}, capture_output=True, text=True)
+        res = subprocess.run(
+            ["git", "apply", "--whitespace=nowarn", str(buggy.resolve())],
+            cwd=root,
+            env={**os.environ, "GIT_CEILING_DIRECTORIES": tmp},
+            capture_output=True,
+            text=True,
+        )
         if res.returncode != 0:
             raise TaskError(f"{buggy} does not apply to {base}: {res.stderr.strip()}")
         return read_tree(root)
 
 
-def build_record(base: Path, buggy: Path, out: Path, *, instance_id: str, tier: str, statement: str,
-                 repo: str | None = None, hints: str = "", timeout: float = 120) -> tuple[dict[str, Any], Files]:
+def build_record(
+    base: Path,
+    buggy: Path,
+    out: Path,
+    *,
+    instance_id: str,
+    tier: str,
+    statement: str,
+    repo: str | None = None,
+    hints: str = "",
+    timeout: float = 120,
+) -> tuple[dict[str, Any], Files]:
     """The task.json record for the bug ``buggy`` of ``base``, to be written in the task dir ``out``,
     and the files of the task's repository (what the agent starts from)."""
     base, out = Path(base).resolve(), Path(out).resolve()
@@ -162,7 +185,7 @@ def build_record(base: Path, buggy: Path, out: Path, *, instance_id: str, tier: 
     test_patch = git_diff(visible, with_tests) if tests else ""
     after = run_pytest(fixed_with_tests, timeout)
     if not after or any(v != "passed" for v in after.values()):
-        raise TaskError(f"the fixed tree fails tests: {({k: v for k, v in after.items() if v != 'passed'} or after)}")
+        raise TaskError(f"the fixed tree fails tests: { ({k: v for k, v in after.items() if v != 'passed'} or after) }")
     before = run_pytest(with_tests, timeout)
     if set(after) != set(before):
         raise TaskError(f"different tests before and after the fix: {sorted(set(after) ^ set(before))}")
@@ -210,6 +233,8 @@ def write_task(record: dict[str, Any], out: Path, expect: Files | None = None) -
     task_file.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     try:
         task = load_task_dir(out)
+        if task.source_dir is None:  # a base_dir record always loads with one; guard against a loader change
+            raise TaskError(f"{task_file}: the loader gave the task no source tree")
         if expect is not None and read_tree(task.source_dir) != expect:
             raise TaskError(f"{task_file}: the loader's tree differs from the buggy tree")
     except TaskError:

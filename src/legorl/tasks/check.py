@@ -1,6 +1,7 @@
 """Validate task suites in a sandbox: is every task real?
 
-For each task: the gold patch must resolve it (every FAIL_TO_PASS and PASS_TO_PASS test seen
+For each task: the gold patch may change source files only (by the grader's own path rules,
+:mod:`legorl.grading.rules`), it must resolve it (every FAIL_TO_PASS and PASS_TO_PASS test seen
 passing, reward 1, no flags such as a gold patch touching test files), and the empty patch must
 not (every FAIL_TO_PASS test fails, every PASS_TO_PASS test still passes). Both runs go through the
 real grader (:func:`legorl.grading.grader.grade`), so a task that passes here grades the same way
@@ -10,11 +11,13 @@ during training.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Callable
 
+from legorl.diffs import touched_paths
 from legorl.errors import ConfigError, LegoRLError
+from legorl.grading.rules import PathKind, classify_path, protected_paths
 from legorl.tasks.model import Task
 
 BACKENDS = ("bwrap", "podman", "docker")
@@ -30,8 +33,10 @@ def get_backend(name: str, **kwargs):  # noqa: ANN201 - a SandboxBackend
         try:
             from legorl.sandbox.podman import PodmanBackend
         except ImportError as exc:
-            raise ConfigError(f"the {name} sandbox backend is not available in this installation "
-                              f"(legorl.sandbox.podman: {exc}); use --backend bwrap") from None
+            raise ConfigError(
+                f"the {name} sandbox backend is not available in this installation "
+                f"(legorl.sandbox.podman: {exc}); use --backend bwrap"
+            ) from None
         try:
             backend = PodmanBackend(executable=name, **kwargs)
             getattr(backend, "exe", None)  # fail now, not once per task, when the executable is missing
@@ -72,6 +77,12 @@ def check_task(task: Task, backend, timeout: float = 120) -> CheckResult:  # noq
         problems.append(f"in both FAIL_TO_PASS and PASS_TO_PASS: {', '.join(overlap)}")
     if not task.patch.strip():
         problems.append("empty gold patch")
+    # The grader would drop these sections (and flag them): say which, before running anything.
+    protected = protected_paths(task.test_files, task.test_patch)
+    for path in touched_paths(task.patch):
+        kind = classify_path(path, protected)
+        if kind not in (PathKind.SOURCE, PathKind.PYPROJECT):
+            problems.append(f"gold patch touches {path} ({kind.value}): the grader drops it")
     if task.source_dir is None:
         problems.append("no source_dir (only locally runnable tasks can be checked)")
         res.seconds = time.monotonic() - started
@@ -117,8 +128,13 @@ def check_task(task: Task, backend, timeout: float = 120) -> CheckResult:  # noq
     return res
 
 
-def check_suite(tasks: list[Task], backend, workers: int | None = None, timeout: float = 120,  # noqa: ANN001
-                on_result: Callable[[CheckResult], None] | None = None) -> list[CheckResult]:
+def check_suite(
+    tasks: list[Task],
+    backend,
+    workers: int | None = None,
+    timeout: float = 120,  # noqa: ANN001
+    on_result: Callable[[CheckResult], None] | None = None,
+) -> list[CheckResult]:
     """:func:`check_task` over ``tasks`` with ``workers`` threads (default 2); results in input order.
 
     ``on_result`` is called (from worker threads) as each task finishes, e.g. for progress output.

@@ -26,10 +26,12 @@ import re
 import shutil
 import subprocess
 import uuid
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from legorl.errors import LegoRLError, TaskError
+from legorl.sandbox.git import git_argv, host_git_env
 from legorl.settings import legorl_home
 from legorl.tasks.model import Task
 
@@ -94,11 +96,11 @@ def get_task(instance_id: str) -> Task:
 
 def load_task_dir(task_dir: Path) -> Task:
     task_file = task_dir / "task.json"
+    if not task_file.is_file():
+        raise TaskError(f"{task_dir}: no task.json")
     try:
-        record = json.loads(task_file.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise TaskError(f"{task_dir}: no task.json") from None
-    except json.JSONDecodeError as exc:
+        record = json.loads(_read_text(task_file))
+    except (json.JSONDecodeError, RecursionError) as exc:
         raise TaskError(f"{task_file}: not valid JSON: {exc}") from None
     if not isinstance(record, dict):
         raise TaskError(f"{task_file}: expected a JSON object, got {type(record).__name__}")
@@ -113,10 +115,11 @@ def load_task_dir(task_dir: Path) -> Task:
         if not base.is_dir():
             raise TaskError(f"{where}: field 'base_dir': {base} is not a directory")
         try:
-            source = materialize_source(base.resolve(), task.patch, task.instance_id)
+            built = materialize_source(base.resolve(), task.patch, task.instance_id)
         except TaskError as exc:
             raise TaskError(f"{where}: {exc}") from None
-        return task.model_copy(update={"source_dir": source})
+        return task.model_copy(update={"source_dir": built})
+    source: Path | None
     if task.source_dir is not None:
         source = task.source_dir if task.source_dir.is_absolute() else task_dir / task.source_dir
     elif (task_dir / "repo").is_dir():
@@ -157,8 +160,9 @@ def materialize_source(base: Path, patch: str, name: str = "task") -> Path:
     tmp = root / f".tmp-{dest.name}-{uuid.uuid4().hex[:8]}"
     try:
         root.mkdir(parents=True, exist_ok=True)
-        shutil.copytree(base, tmp, symlinks=True,
-                        ignore=shutil.ignore_patterns(".git", "__pycache__", ".pytest_cache", "*.pyc"))
+        shutil.copytree(
+            base, tmp, symlinks=True, ignore=shutil.ignore_patterns(".git", "__pycache__", ".pytest_cache", "*.pyc")
+        )
         reverse_apply(patch, tmp)
         try:
             os.rename(tmp, dest)
@@ -174,16 +178,22 @@ def materialize_source(base: Path, patch: str, name: str = "task") -> Path:
 
 def reverse_apply(patch: str, tree: Path) -> None:
     """``git apply -R`` of ``patch`` in ``tree`` (never a repository around it); TaskError on failure."""
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tree), "GIT_CONFIG_NOSYSTEM": "1",
-           "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CEILING_DIRECTORIES": str(tree.parent)}
     try:
-        res = subprocess.run(["git", "apply", "-R", "--whitespace=nowarn", "-"], cwd=tree, env=env,
-                             input=patch.encode(), capture_output=True, timeout=60)
+        res = subprocess.run(
+            git_argv("apply", "-R", "--whitespace=nowarn", "-"),
+            cwd=tree,
+            env=host_git_env(tree),
+            input=patch.encode(),
+            capture_output=True,
+            timeout=60,
+        )
     except (OSError, subprocess.SubprocessError) as exc:
         raise TaskError(f"cannot run git apply: {exc}") from None
     if res.returncode != 0:
-        raise TaskError("the gold patch does not reverse-apply to the base: "
-                        + res.stderr.decode("utf-8", "replace").strip())
+        raise TaskError(
+            "field 'patch': the gold patch does not reverse-apply to the base: "
+            + " ".join(res.stderr.decode("utf-8", "replace").split())
+        )
 
 
 def _load_suite_dir(suite_dir: Path) -> list[Task]:
@@ -208,6 +218,8 @@ def _resolve_sources(tasks: list[Task], origin: Path) -> list[Task]:
     for t in tasks:
         if t.source_dir is not None and not t.source_dir.is_absolute():
             t = t.model_copy(update={"source_dir": (origin.resolve().parent / t.source_dir).resolve()})
+        if t.source_dir is not None and not t.source_dir.is_dir():
+            raise TaskError(f"task {t.instance_id} in {origin}: field 'source_dir': {t.source_dir} is not a directory")
         out.append(t)
     return out
 
@@ -221,22 +233,31 @@ def _unique(tasks: list[Task], origin: Path) -> list[Task]:
     return tasks
 
 
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise TaskError(f"{path}: not UTF-8 text ({exc})") from None
+    except OSError as exc:
+        raise TaskError(f"{path}: cannot read: {exc.strerror or exc}") from None
+
+
 def _read_jsonl(path: Path) -> list[Any]:
     records = []
-    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    for lineno, line in enumerate(_read_text(path).splitlines(), 1):
         if not line.strip():
             continue
         try:
             records.append(json.loads(line))
-        except json.JSONDecodeError as exc:
+        except (json.JSONDecodeError, RecursionError) as exc:
             raise TaskError(f"{path}:{lineno}: not valid JSON: {exc}") from None
     return records
 
 
 def _read_json(path: Path) -> list[Any]:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
+        data = json.loads(_read_text(path))
+    except (json.JSONDecodeError, RecursionError) as exc:
         raise TaskError(f"{path}: not valid JSON: {exc}") from None
     if isinstance(data, dict) and isinstance(data.get("tasks"), list):
         return data["tasks"]

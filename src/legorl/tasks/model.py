@@ -39,16 +39,20 @@ class Task(BaseModel):
             return json.loads(v) if v.strip() else []
         return v
 
+    def source(self) -> Path:
+        """The repository tree to build sandboxes from; a task without one cannot run here."""
+        if self.source_dir is None:
+            raise TaskError(f"task {self.instance_id} has no source tree (field 'source_dir'): it cannot run locally")
+        return self.source_dir
+
     @classmethod
-    def parse(cls, record: dict[str, Any], origin: str = "") -> "Task":
+    def parse(cls, record: dict[str, Any], origin: str = "") -> Task:
         """Validate a raw record; errors name the instance and the field."""
         try:
             return cls.model_validate(record)
         except ValidationError as exc:
             iid = record.get("instance_id", "<no instance_id>") if isinstance(record, dict) else "<not a mapping>"
-            problems = "; ".join(
-                f"field '{'.'.join(str(p) for p in e['loc'])}': {e['msg']}" for e in exc.errors()
-            )
+            problems = "; ".join(f"field '{'.'.join(str(p) for p in e['loc'])}': {e['msg']}" for e in exc.errors())
             where = f" in {origin}" if origin else ""
             raise TaskError(f"task {iid}{where} is invalid: {problems}") from None
         except json.JSONDecodeError as exc:

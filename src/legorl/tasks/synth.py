@@ -28,21 +28,49 @@ import subprocess
 import sys
 import uuid
 import xml.etree.ElementTree as ET
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
 
 from legorl.errors import LegoRLError, TaskError
+from legorl.grading import junit
+from legorl.grading.rules import is_test_suite_file
 from legorl.tasks.model import Task, Tier
 
-_COPY_IGNORE = shutil.ignore_patterns(".git", "__pycache__", ".pytest_cache", "*.pyc", ".venv", "venv",
-                                      ".tox", ".nox", ".mypy_cache", ".ruff_cache", "*.egg-info", "build", "dist")
-_SKIP_DIRS = {".git", "__pycache__", ".pytest_cache", ".venv", "venv", ".tox", ".nox", "build", "dist",
-              "node_modules", ".mypy_cache", ".ruff_cache"}
+_COPY_IGNORE = shutil.ignore_patterns(
+    ".git",
+    "__pycache__",
+    ".pytest_cache",
+    "*.pyc",
+    ".venv",
+    "venv",
+    ".tox",
+    ".nox",
+    ".mypy_cache",
+    ".ruff_cache",
+    "*.egg-info",
+    "build",
+    "dist",
+)
+_SKIP_DIRS = {
+    ".git",
+    "__pycache__",
+    ".pytest_cache",
+    ".venv",
+    "venv",
+    ".tox",
+    ".nox",
+    "build",
+    "dist",
+    "node_modules",
+    ".mypy_cache",
+    ".ruff_cache",
+}
 _MESSAGE_LIMIT = 600
 
 
 # -- test runs -------------------------------------------------------------------------------------
+
 
 @dataclass
 class TestRun:
@@ -59,43 +87,28 @@ class TestRun:
         return {t for t, v in self.outcomes.items() if v == "passed"}
 
 
-def _nodeid(classname: str, name: str, repo: Path) -> str | None:
-    """pytest node id of a junit (classname, name) pair: the longest dotted prefix that is a file."""
-    parts = classname.split(".") if classname else []
-    for cut in range(len(parts), 0, -1):
-        rel = "/".join(parts[:cut]) + ".py"
-        if (repo / rel).is_file():
-            return "::".join([rel, *parts[cut:], name])
-    return None
-
-
 def parse_junit_report(xml_text: str, repo: Path) -> tuple[dict[str, str], dict[str, str], list[str]]:
     outcomes: dict[str, str] = {}
     messages: dict[str, str] = {}
     unmapped: list[str] = []
-    rank = {"passed": 0, "skipped": 1, "failed": 2, "error": 3}
-    for case in ET.fromstring(xml_text).iter("testcase"):
-        nodeid = _nodeid(case.get("classname", ""), case.get("name", ""), repo)
-        tags = {child.tag: child for child in case}
-        outcome = ("error" if "error" in tags else "failed" if "failure" in tags
-                   else "skipped" if "skipped" in tags else "passed")
+    for case in junit.parse_cases(xml_text):
+        nodeid = junit.case_nodeid(case, lambda rel: (repo / rel).is_file())
         if nodeid is None:
-            unmapped.append(f"{case.get('classname', '')}::{case.get('name', '')} ({outcome})")
+            unmapped.append(f"{case.classname}::{case.name} ({case.outcome})")
             continue
-        if rank[outcome] >= rank.get(outcomes.get(nodeid, "passed"), 0):
-            outcomes[nodeid] = outcome
-        node = tags.get("failure") if "failure" in tags else tags.get("error")
-        if node is not None:
-            msg = node.get("message") or ""
-            if not msg.strip():
-                body = (node.text or "").strip().splitlines()
-                msg = body[-1] if body else ""
-            messages[nodeid] = msg[:_MESSAGE_LIMIT]
+        outcomes[nodeid] = junit.worse(case.outcome, outcomes.get(nodeid))
+        if case.message is not None:
+            messages[nodeid] = case.message[:_MESSAGE_LIMIT]
     return outcomes, messages, unmapped
 
 
-def run_tests(backend, repo: Path, edits: dict[str, str] | None = None, timeout: float = 300,  # noqa: ANN001
-              python: str | None = None) -> TestRun:
+def run_tests(
+    backend,
+    repo: Path,
+    edits: dict[str, str] | None = None,
+    timeout: float = 300,  # noqa: ANN001
+    python: str | None = None,
+) -> TestRun:
     """Run the repo's whole test suite in a fresh sandbox (after writing ``edits``: path -> text)."""
     from legorl.sandbox.base import WORKSPACE, SandboxSpec
 
@@ -105,8 +118,19 @@ def run_tests(backend, repo: Path, edits: dict[str, str] | None = None, timeout:
         for path, text in (edits or {}).items():
             sandbox.write_file(path, text)
         junit = f"/tmp/junit-{uuid.uuid4().hex}.xml"
-        argv = [python, "-m", "pytest", "-p", "no:cacheprovider", f"--rootdir={WORKSPACE}",
-                f"--confcutdir={WORKSPACE}", f"--junitxml={junit}", "-o", "junit_family=xunit2", "-q"]
+        argv = [
+            python,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            f"--rootdir={WORKSPACE}",
+            f"--confcutdir={WORKSPACE}",
+            f"--junitxml={junit}",
+            "-o",
+            "junit_family=xunit2",
+            "-q",
+        ]
         script = shlex.join(argv) + f" 1>&2; rc=$?; cat {junit} 2>/dev/null; exit $rc"
         env = {"PYTHONDONTWRITEBYTECODE": "1", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONHASHSEED": "0"}
         res = sandbox.exec(script, timeout=timeout, env=env, max_output_bytes=8_000_000)
@@ -129,6 +153,7 @@ def run_tests(backend, repo: Path, edits: dict[str, str] | None = None, timeout:
 
 # -- mutations -------------------------------------------------------------------------------------
 
+
 @dataclass
 class Mutation:
     path: str  # repo-relative
@@ -145,13 +170,42 @@ class Mutation:
         return hashlib.sha1(raw.encode()).hexdigest()[:8]
 
 
-_CMP_FLIP = {ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt, ast.Eq: ast.NotEq,
-             ast.NotEq: ast.Eq, ast.Is: ast.IsNot, ast.IsNot: ast.Is, ast.In: ast.NotIn, ast.NotIn: ast.In}
-_CMP_TEXT = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!=",
-             ast.Is: "is", ast.IsNot: "is not", ast.In: "in", ast.NotIn: "not in"}
-_CMP_RE = {ast.Lt: r"(?<![<>=!])<(?![<=])", ast.LtE: r"<=", ast.Gt: r"(?<![<>=!-])>(?![>=])", ast.GtE: r">=",
-           ast.Eq: r"==", ast.NotEq: r"!=", ast.Is: r"\bis\b", ast.IsNot: r"\bis\s+not\b", ast.In: r"\bin\b",
-           ast.NotIn: r"\bnot\s+in\b"}
+_CMP_FLIP = {
+    ast.Lt: ast.LtE,
+    ast.LtE: ast.Lt,
+    ast.Gt: ast.GtE,
+    ast.GtE: ast.Gt,
+    ast.Eq: ast.NotEq,
+    ast.NotEq: ast.Eq,
+    ast.Is: ast.IsNot,
+    ast.IsNot: ast.Is,
+    ast.In: ast.NotIn,
+    ast.NotIn: ast.In,
+}
+_CMP_TEXT = {
+    ast.Lt: "<",
+    ast.LtE: "<=",
+    ast.Gt: ">",
+    ast.GtE: ">=",
+    ast.Eq: "==",
+    ast.NotEq: "!=",
+    ast.Is: "is",
+    ast.IsNot: "is not",
+    ast.In: "in",
+    ast.NotIn: "not in",
+}
+_CMP_RE = {
+    ast.Lt: r"(?<![<>=!])<(?![<=])",
+    ast.LtE: r"<=",
+    ast.Gt: r"(?<![<>=!-])>(?![>=])",
+    ast.GtE: r">=",
+    ast.Eq: r"==",
+    ast.NotEq: r"!=",
+    ast.Is: r"\bis\b",
+    ast.IsNot: r"\bis\s+not\b",
+    ast.In: r"\bin\b",
+    ast.NotIn: r"\bnot\s+in\b",
+}
 
 
 class _Source:
@@ -168,15 +222,10 @@ class _Source:
         line = self.lines[lineno - 1]
         return self.starts[lineno - 1] + len(line.encode("utf-8")[:col].decode("utf-8", "replace"))
 
-    def span(self, node: ast.AST) -> tuple[int, int]:
+    def span(self, node: ast.expr | ast.stmt) -> tuple[int, int]:
+        # ast.parse always fills the end positions; they are Optional only for hand-built nodes
+        assert node.end_lineno is not None and node.end_col_offset is not None
         return (self.offset(node.lineno, node.col_offset), self.offset(node.end_lineno, node.end_col_offset))
-
-
-def _is_test_file(rel: str) -> bool:
-    name = rel.rsplit("/", 1)[-1]
-    parts = rel.split("/")
-    return (name.startswith("test_") or name.endswith("_test.py") or name == "conftest.py"
-            or any(p in ("tests", "test", "testing") for p in parts[:-1]))
 
 
 def source_files(repo: Path) -> list[str]:
@@ -186,7 +235,7 @@ def source_files(repo: Path) -> list[str]:
         rel = path.relative_to(repo).as_posix()
         if any(part in _SKIP_DIRS or part.startswith(".") for part in rel.split("/")[:-1]):
             continue
-        if _is_test_file(rel) or rel in ("setup.py", "noxfile.py", "fabfile.py") or rel.startswith("docs/"):
+        if is_test_suite_file(rel) or rel in ("setup.py", "noxfile.py", "fabfile.py") or rel.startswith("docs/"):
             continue
         out.append(rel)
     return out
@@ -198,7 +247,7 @@ def test_files(repo: Path) -> list[str]:
         rel = path.relative_to(repo).as_posix()
         if any(part in _SKIP_DIRS or part.startswith(".") for part in rel.split("/")[:-1]):
             continue
-        if _is_test_file(rel):
+        if is_test_suite_file(rel):
             out.append(rel)
     return out
 
@@ -255,7 +304,9 @@ def find_mutations(repo: Path, rel: str) -> list[Mutation]:
             for op, right in zip(node.ops, node.comparators):
                 flip = _CMP_FLIP.get(type(op))
                 if flip is not None:
-                    hit = _replace_in_gap(src, src.span(left)[1], src.span(right)[0], _CMP_RE[type(op)], _CMP_TEXT[flip])
+                    hit = _replace_in_gap(
+                        src, src.span(left)[1], src.span(right)[0], _CMP_RE[type(op)], _CMP_TEXT[flip]
+                    )
                     if hit:
                         edits.append(("flip_comparison", node.lineno, *hit))
                 left = right
@@ -295,8 +346,12 @@ def find_mutations(repo: Path, rel: str) -> list[Mutation]:
                 continue
             start, end = src.span(node)
             edits.append(("drop_return_value", node.lineno, start, end, "return"))
-        elif (isinstance(node, ast.Constant) and type(node.value) is int and id(node) not in docstrings
-              and abs(node.value) <= 10_000):
+        elif (
+            isinstance(node, ast.Constant)
+            and type(node.value) is int
+            and id(node) not in docstrings
+            and abs(node.value) <= 10_000
+        ):
             start, end = src.span(node)
             edits.append(("off_by_one", node.lineno, start, end, str(node.value + 1)))
             if node.value > 0:
@@ -329,6 +384,7 @@ def reverse_diff(m: Mutation) -> str:
 
 # -- synthesis -------------------------------------------------------------------------------------
 
+
 def _slug(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-") or "repo"
 
@@ -345,8 +401,9 @@ def problem_statement(repo_name: str, run: TestRun, f2p: list[str]) -> str:
             lines += [f"`{nodeid}` {verb}.", ""]
     if len(f2p) > 3:
         lines += ["Also failing: " + ", ".join(f"`{t}`" for t in f2p[3:]) + ".", ""]
-    lines.append("The other tests pass. Find the bug in the code and fix it so that these tests pass; "
-                 "do not change the tests.")
+    lines.append(
+        "The other tests pass. Find the bug in the code and fix it so that these tests pass; do not change the tests."
+    )
     return "\n".join(lines)
 
 
@@ -366,9 +423,17 @@ def _interleave(mutations: list[Mutation], rng: random.Random) -> list[Mutation]
     return out
 
 
-def synthesize(repo: Path | str, out: Path | str, max_tasks: int = 10, seed: int = 0, backend=None,  # noqa: ANN001
-               timeout: float | None = None, max_attempts: int | None = None, tier: Tier = "trivial",
-               on_event: Callable[[str], None] | None = None) -> list[Task]:
+def synthesize(
+    repo: Path | str,
+    out: Path | str,
+    max_tasks: int = 10,
+    seed: int = 0,
+    backend=None,  # noqa: ANN001
+    timeout: float | None = None,
+    max_attempts: int | None = None,
+    tier: Tier = "trivial",
+    on_event: Callable[[str], None] | None = None,
+) -> list[Task]:
     """Write up to ``max_tasks`` synthesized tasks for ``repo`` to ``out`` (JSONL) and ``out``.d/.
 
     ``timeout``: per test run (default: 5x the baseline run, at least 30 s). ``max_attempts``: how
@@ -402,12 +467,15 @@ def synthesize(repo: Path | str, out: Path | str, max_tasks: int = 10, seed: int
     if baseline.timed_out:
         raise TaskError(f"{repo}: the test suite ran past {timeout or 600:g}s before any mutation")
     if not baseline.outcomes and baseline.exit_code is not None:
-        raise TaskError(f"{repo}: pytest found no tests or crashed (exit {baseline.exit_code}):\n"
-                        f"{baseline.log[-1500:]}")
+        raise TaskError(
+            f"{repo}: pytest found no tests or crashed (exit {baseline.exit_code}):\n{baseline.log[-1500:]}"
+        )
     broken = sorted(t for t, v in baseline.outcomes.items() if v in ("failed", "error")) + baseline.unmapped
     if broken or baseline.exit_code != 0:
-        raise TaskError(f"{repo}: the tests must pass before mutation, but {len(broken)} fail "
-                        f"(exit {baseline.exit_code}): {', '.join(broken[:10]) or baseline.log[-1500:]}")
+        raise TaskError(
+            f"{repo}: the tests must pass before mutation, but {len(broken)} fail "
+            f"(exit {baseline.exit_code}): {', '.join(broken[:10]) or baseline.log[-1500:]}"
+        )
     if not baseline.passed:
         raise TaskError(f"{repo}: no test passes (all skipped?)")
     say(f"baseline: {len(baseline.passed)} tests pass in {baseline.duration_s:.1f}s")
@@ -453,8 +521,9 @@ def synthesize(repo: Path | str, out: Path | str, max_tasks: int = 10, seed: int
         shutil.copytree(repo, task_dir, ignore=_COPY_IGNORE)
         (task_dir / m.path).write_text(m.mutated, encoding="utf-8")
         patch = reverse_diff(m)
-        check = subprocess.run(["git", "apply", "--check", "-"], input=patch, text=True, cwd=task_dir,
-                               capture_output=True)
+        check = subprocess.run(
+            ["git", "apply", "--check", "-"], input=patch, text=True, cwd=task_dir, capture_output=True
+        )
         if check.returncode != 0:
             shutil.rmtree(task_dir)
             say(f"skip {where}: reverse diff does not apply: {check.stderr.strip()}")

@@ -17,7 +17,8 @@ not the body. The chunked result equals the one-shot result up to float rounding
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch.utils.checkpoint import checkpoint
@@ -31,7 +32,9 @@ def _as_ids(token_ids: Sequence[int] | torch.Tensor, device: torch.device) -> to
     return ids
 
 
-def _head_logprobs(hidden: torch.Tensor, targets: torch.Tensor, head: torch.nn.Module, temperature: float) -> torch.Tensor:
+def _head_logprobs(
+    hidden: torch.Tensor, targets: torch.Tensor, head: torch.nn.Module, temperature: float
+) -> torch.Tensor:
     logits = head(hidden).float()
     if temperature != 1.0:
         logits = logits / temperature
@@ -70,7 +73,6 @@ def compute_token_logprobs(
     chunk_size = max(1, int(chunk_size))
     decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    split = decoder is not None and head is not None
     cache = DynamicCache()
     use_ckpt = torch.is_grad_enabled()
     for s in range(0, n - 1, chunk_size):  # the last token is never an input that needs logits
@@ -80,7 +82,7 @@ def compute_token_logprobs(
         pos = torch.arange(s, e, device=p.device)[None]
         mask = _causal_mask(e - s, s, p.dtype, p.device)
         targets = ids[None, s + 1 : e + 1]
-        if split:
+        if decoder is not None and head is not None:
             hidden = decoder(
                 input_ids=inp, position_ids=pos, attention_mask=mask, past_key_values=cache, use_cache=True
             ).last_hidden_state
@@ -102,11 +104,17 @@ def compute_token_logprobs_batch(
     sequences: Sequence[Sequence[int] | torch.Tensor],
     temperature: float = 1.0,
     pad_token_id: int = 0,
+    chunk_size: int = 1024,
 ) -> list[torch.Tensor]:
     """Several sequences of different lengths in one forward (right padding + attention mask).
 
-    Returns one ``[len_i]`` float32 tensor per sequence (``[0] = 0.0``). No chunking: memory is
-    ``batch × max_len × vocab`` for the logits; use :func:`compute_token_logprobs` for long samples.
+    Returns one ``[len_i]`` float32 tensor per sequence (``[0] = 0.0``); differentiable under grad.
+    The decoder body runs once over the padded ``[B, T]`` batch; the LM head, log-softmax and
+    gather run over ``chunk_size`` positions at a time (checkpointed under grad, so backward
+    recomputes them chunk by chunk): the ``[B, T, vocab]`` logits never exist, only
+    ``[B, chunk, vocab]``. Padding is on the right, so every real token sees positions
+    ``0..len_i-1`` and only real tokens: the result equals :func:`compute_token_logprobs` per
+    sequence up to float rounding.
     """
     p = next(model.parameters())
     seqs = [_as_ids(s, p.device) for s in sequences]
@@ -116,14 +124,29 @@ def compute_token_logprobs_batch(
         temperature = 1.0
     lens = [int(s.shape[0]) for s in seqs]
     T = max(lens)
+    if T <= 1:
+        return [torch.zeros(n, dtype=torch.float32, device=p.device) for n in lens]
     ids = torch.full((len(seqs), T), pad_token_id, dtype=torch.long, device=p.device)
     attn = torch.zeros((len(seqs), T), dtype=torch.long, device=p.device)
     for i, s in enumerate(seqs):
         ids[i, : lens[i]] = s
         attn[i, : lens[i]] = 1
-    if T <= 1:
-        return [torch.zeros(n, dtype=torch.float32, device=p.device) for n in lens]
-    logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits[:, :-1].float()
-    lp = torch.log_softmax(logits / temperature, dim=-1).gather(-1, ids[:, 1:, None])[..., 0]
-    lp = torch.cat([torch.zeros(len(seqs), 1, dtype=lp.dtype, device=lp.device), lp], dim=1)
+    decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    chunk_size = max(1, int(chunk_size))
+    parts = [torch.zeros(len(seqs), 1, dtype=torch.float32, device=p.device)]
+    if decoder is not None and head is not None:
+        hidden = decoder(input_ids=ids, attention_mask=attn, use_cache=False).last_hidden_state[:, :-1]
+        targets = ids[:, 1:]
+        use_ckpt = torch.is_grad_enabled() and hidden.requires_grad
+        for c in range(0, T - 1, chunk_size):
+            h, t = hidden[:, c : c + chunk_size], targets[:, c : c + chunk_size]
+            if use_ckpt:
+                parts.append(checkpoint(_head_logprobs, h, t, head, temperature, use_reentrant=False))
+            else:
+                parts.append(_head_logprobs(h, t, head, temperature))
+    else:  # generic fallback: the model's own logits (all of them at once)
+        logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits[:, :-1].float()
+        parts.append(torch.log_softmax(logits / temperature, dim=-1).gather(-1, ids[:, 1:, None])[..., 0])
+    lp = torch.cat(parts, dim=1)
     return [lp[i, : lens[i]] for i in range(len(seqs))]

@@ -1,100 +1,303 @@
-"""One policy-gradient step on a batch of Samples, and the weights to sync to the engine.
+"""Policy-gradient steps on a batch of Samples, and the weights to sync to the engine.
 
-The trainer holds its own copy of the policy (fp32, with grads). For each step it
-1. recomputes logprobs of every sample's tokens under the current weights (π_old; also the
-   rollout-vs-trainer fidelity check), then
-2. takes one optimiser step on the GSPO/GRPO objective over samples with a non-zero advantage,
-   accumulating gradients one sample at a time so memory is bounded by the longest sample.
+The trainer holds its own copy of the policy (fp32, with grads). One :meth:`Trainer.step` on a
+batch:
+
+1. splits the samples with a non-zero advantage into mini-batches of ``minibatch_size`` and makes
+   ``ppo_epochs`` passes over them (a fresh seeded shuffle per pass), one optimiser step per
+   mini-batch;
+2. scores π_old in a separate no-grad pass only when that is more than one optimiser step
+   (:func:`legorl.training.gspo.needs_old_recompute`); with one step the training forward itself
+   is π_old (and the rollout-vs-trainer fidelity check);
+3. runs each mini-batch as few forward passes as ``forward_tokens`` allows: samples sorted by
+   length, right-padded into ``[rows, longest]`` blocks, gradients accumulated across blocks
+   (the loss is normalised by the mini-batch's totals, so the split does not change the step);
+   the LM head is chunked over positions (:func:`compute_token_logprobs_batch`), so full-vocabulary
+   logits exist for ``chunk_size`` positions at a time;
+4. samples without a gradient (zero advantage, or ``monitor``) are scored without grad for the
+   fidelity statistics only.
+
+The learning rate follows ``lr_warmup_steps`` / ``lr_schedule`` in training steps (batches), set at
+the start of each step from the step index alone, so a resumed trainer needs no scheduler state.
+Everything a resume needs is in :meth:`Trainer.state` / :meth:`Trainer.load_state`.
 """
 
 from __future__ import annotations
 
+import copy
+import math
 import time
-from dataclasses import asdict
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
 
 from legorl.config import TrainerConfig
+from legorl.training.gspo import LossConfig, aggregate_losses, mismatch_stats, needs_old_recompute, sample_loss
+from legorl.training.logprobs import compute_token_logprobs_batch
 from legorl.trajectory.records import Sample
-from legorl.training.gspo import LossConfig, mismatch_stats, sample_loss
-from legorl.training.logprobs import compute_token_logprobs
+
+__all__ = ["Trainer", "lr_factor", "plan_forward_passes"]
+
+
+def lr_factor(step_index: int, warmup_steps: int, schedule: str, total_steps: int | None) -> float:
+    """Multiplier of the peak learning rate at training step ``step_index`` (0-based): linear
+    warm-up ``(k+1)/(warmup+1)``, then constant or a linear/cosine decay reaching 0 after the
+    run's last step (``total_steps``; None: constant)."""
+    if step_index < warmup_steps:
+        return (step_index + 1) / (warmup_steps + 1)
+    if schedule == "constant" or total_steps is None:
+        return 1.0
+    span = max(1, total_steps - warmup_steps)
+    progress = min(1.0, (step_index - warmup_steps) / span)
+    if schedule == "linear":
+        return 1.0 - progress
+    if schedule == "cosine":
+        return 0.5 * (1.0 + math.cos(math.pi * progress))
+    raise ValueError(f"unknown lr schedule {schedule!r}")
+
+
+def plan_forward_passes(lengths: Sequence[int], forward_tokens: int) -> list[list[int]]:
+    """Indices into ``lengths`` grouped into forward passes: longest first, each pass as many rows
+    as keep ``rows × longest_row <= forward_tokens`` (at least one row)."""
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    passes: list[list[int]] = []
+    for i in order:
+        if passes and (len(passes[-1]) + 1) * lengths[passes[-1][0]] <= forward_tokens:
+            passes[-1].append(i)
+        else:
+            passes.append([i])
+    return passes
+
+
+@dataclass
+class _StepStats:
+    losses: list[float] = field(default_factory=list)  # per optimiser step
+    grad_norms: list[float] = field(default_factory=list)
+    ratios: list[float] = field(default_factory=list)  # per sample term, every pass
+    clipped_low: list[float] = field(default_factory=list)
+    clipped_high: list[float] = field(default_factory=list)
+    tis: list[float] = field(default_factory=list)
+    kl: list[float] = field(default_factory=list)
+    forward_passes: int = 0
+    padded_tokens: int = 0
+    real_tokens: int = 0
+
+
+def _mean(xs: Sequence[float]) -> float:
+    return sum(xs) / len(xs) if xs else 0.0
 
 
 class Trainer:
-    def __init__(self, model: torch.nn.Module, cfg: TrainerConfig, temperature: float = 1.0) -> None:
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        cfg: TrainerConfig,
+        temperature: float = 1.0,
+        *,
+        total_steps: int | None = None,
+        seed: int = 0,
+        pad_token_id: int = 0,
+    ) -> None:
         self.model = model
         self.cfg = cfg
         self.temperature = temperature
-        self.loss_cfg = LossConfig(cfg.objective, cfg.eps_low, cfg.eps_high, cfg.tis_cap)
+        self.total_steps = total_steps
+        self.seed = seed
+        self.pad_token_id = pad_token_id
+        self.loss_cfg = LossConfig(
+            cfg.objective, cfg.eps_low, cfg.eps_high, cfg.tis_cap, cfg.kl_coef, cfg.loss_aggregation
+        )
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
-        self.version = 0
+        # KL anchor: the initial policy, frozen (only kept when it is used)
+        self.reference: torch.nn.Module | None = None
+        if cfg.kl_coef > 0:
+            self.reference = copy.deepcopy(model).eval().requires_grad_(False)
+        self.version = 0  # weight version: batches that changed the weights
+        self.step_index = 0  # training steps taken (the schedule's clock)
+        # The last step's pre-update logprobs of each sample's sampled tokens (by sample identity):
+        # what the trainer saw as π_old, kept so the run can record them for the per-token UI
+        # without another forward pass.
+        self._step_logprobs: dict[int, torch.Tensor] = {}
 
-    def _masked(self, sample: Sample) -> tuple[torch.Tensor, torch.Tensor]:
-        mask = torch.tensor(sample.loss_mask, dtype=torch.bool)
-        rollout = torch.tensor(sample.rollout_logprobs, dtype=torch.float32)[mask]
-        return mask, rollout
+    # -- scoring ---------------------------------------------------------------------------------
+    def _logprobs(self, model: torch.nn.Module, samples: Sequence[Sample]) -> list[torch.Tensor]:
+        return compute_token_logprobs_batch(
+            model,
+            [s.token_ids for s in samples],
+            temperature=self.temperature,
+            pad_token_id=self.pad_token_id,
+            chunk_size=self.cfg.chunk_size,
+        )
+
+    def _score(self, model: torch.nn.Module, samples: Sequence[Sample]) -> list[torch.Tensor]:
+        """No-grad logprobs on each sample's loss-masked tokens, in as few forwards as allowed."""
+        out: list[torch.Tensor] = [torch.empty(0)] * len(samples)
+        with torch.no_grad():
+            for part in plan_forward_passes([len(s.token_ids) for s in samples], self.cfg.forward_tokens):
+                lps = self._logprobs(model, [samples[i] for i in part])
+                for i, lp in zip(part, lps):
+                    out[i] = lp[_mask(samples[i])]
+        return out
+
+    def step_logprobs(self, sample: Sample) -> list[float] | None:
+        """The last :meth:`step`'s pre-update logprob of every token of ``sample`` (0.0 where the
+        loss mask is 0), or None if that step did not score it."""
+        sampled = self._step_logprobs.get(id(sample))
+        if sampled is None:
+            return None
+        full = torch.zeros(len(sample.token_ids), dtype=torch.float32)
+        full[_mask(sample)] = sampled.float()
+        return full.tolist()
 
     def logprobs(self, sample: Sample) -> torch.Tensor:
-        return compute_token_logprobs(self.model, sample.token_ids, temperature=self.temperature,
-                                      chunk_size=self.cfg.chunk_size)
-
-    def step(self, samples: list[Sample], monitor: list[Sample] = ()) -> dict[str, Any]:
-        """One update on ``samples``. ``monitor`` samples (e.g. from groups without reward variance)
-        are only recomputed, so the rollout-vs-trainer fidelity is measured on every sampled token."""
-        t0 = time.perf_counter()
-        self.model.eval()  # no dropout: the recompute must match the engine
-        old: list[torch.Tensor] = []
-        all_old, all_rollout = [], []
+        """Every token's logprob under the current weights (``[0] = 0``), no grad."""
         with torch.no_grad():
-            for i, s in enumerate([*samples, *monitor]):
-                mask, rollout = self._masked(s)
-                lp = self.logprobs(s)[mask]
-                if i < len(samples):
-                    old.append(lp)
-                all_old.append(lp)
-                all_rollout.append(rollout)
-        mm = mismatch_stats(torch.cat(all_old), torch.cat(all_rollout)) if all_old else None
-        t_recompute = time.perf_counter() - t0
+            return self._logprobs(self.model, [sample])[0]
 
-        trainable = [(i, s) for i, s in enumerate(samples) if s.advantage and s.num_sampled > 0]
-        losses, ratios, clipped, tis = [], [], [], []
-        self.optimizer.zero_grad(set_to_none=True)
-        for i, s in trainable:
-            mask, rollout = self._masked(s)
-            logp = self.logprobs(s)[mask]
-            out = sample_loss(logp, old[i], rollout, float(s.advantage), self.loss_cfg)
-            (out.loss / len(trainable)).backward()
-            losses.append(float(out.loss.detach()))
-            ratios.append(out.ratio)
-            clipped.append(out.clipped)
-            tis.append(out.tis_weight)
-        grad_norm = 0.0
-        if trainable:
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip))
-            self.optimizer.step()
+    # -- the step --------------------------------------------------------------------------------
+    def step(self, samples: list[Sample], monitor: Sequence[Sample] = ()) -> dict[str, Any]:
+        """One training step on ``samples``. ``monitor`` samples (e.g. from groups without reward
+        variance) are only scored, so the rollout-vs-trainer fidelity covers every sampled token."""
+        t0 = time.perf_counter()
+        self.model.eval()  # no dropout: the trainer's logprobs must match the engine's
+        lr = self.cfg.lr * lr_factor(self.step_index, self.cfg.lr_warmup_steps, self.cfg.lr_schedule, self.total_steps)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        trainable = [s for s in samples if s.advantage and s.num_sampled > 0]
+        idle = [s for s in samples if not (s.advantage and s.num_sampled > 0)] + [*monitor]
+        mb_size = self.cfg.minibatch_size or max(1, len(trainable))
+        minibatches_per_epoch = math.ceil(len(trainable) / mb_size)
+        opt_steps = self.cfg.ppo_epochs * minibatches_per_epoch
+        recompute = needs_old_recompute(opt_steps)
+
+        # π_old (only with several optimiser steps) and the idle samples' fidelity scores
+        old: list[torch.Tensor | None] = [None] * len(trainable)
+        fid_trainer: list[torch.Tensor] = []
+        fid_rollout: list[torch.Tensor] = []
+        scored_samples = [*(trainable if recompute else []), *idle]
+        scored = self._score(self.model, scored_samples)
+        self._step_logprobs = {id(s): t for s, t in zip(scored_samples, scored)}
+        if recompute:
+            old = list(scored[: len(trainable)])
+            fid_trainer.extend(scored[: len(trainable)])
+            fid_rollout.extend(_rollout_lp(s) for s in trainable)
+        fid_trainer.extend(scored[len(scored) - len(idle) :])
+        fid_rollout.extend(_rollout_lp(s) for s in idle)
+        t_score = time.perf_counter() - t0
+
+        stats = _StepStats()
+        gen = torch.Generator().manual_seed(self.seed * 1_000_003 + self.step_index)
+        for epoch in range(self.cfg.ppo_epochs):
+            order = (
+                torch.randperm(len(trainable), generator=gen).tolist() if opt_steps > 1 else list(range(len(trainable)))
+            )
+            for m in range(minibatches_per_epoch):
+                mb = order[m * mb_size : (m + 1) * mb_size]
+                fid = fid_trainer if (not recompute and epoch == 0) else None
+                loss = self._optimizer_step([trainable[i] for i in mb], [old[i] for i in mb], stats, fid)
+                if fid is not None:
+                    fid_rollout.extend(_rollout_lp(trainable[i]) for i in mb)
+                    self._step_logprobs.update((id(trainable[i]), t) for i, t in zip(mb, fid[len(fid) - len(mb) :]))
+                stats.losses.append(loss)
+        if opt_steps:
             self.version += 1
+        self.step_index += 1
         self.optimizer.zero_grad(set_to_none=True)
-
-        def mean(xs: list[float]) -> float:
-            return sum(xs) / len(xs) if xs else 0.0
+        mm = mismatch_stats(torch.cat(fid_trainer), torch.cat(fid_rollout)) if fid_trainer else None
 
         metrics: dict[str, Any] = {
             "train/samples": len(samples),
             "train/trainable_samples": len(trainable),
             "train/sampled_tokens": sum(s.num_sampled for s in samples),
-            "train/loss": mean(losses),
-            "train/ratio_mean": mean(ratios),
-            "train/clip_frac": mean(clipped),
-            "train/tis_weight": mean(tis),
-            "train/grad_norm": grad_norm,
-            "train/updated": bool(trainable),
-            "time/recompute_s": t_recompute,
-            "time/train_s": time.perf_counter() - t0 - t_recompute,
+            "train/loss": _mean(stats.losses),
+            "train/ratio_mean": _mean(stats.ratios),
+            "train/ratio_min": min(stats.ratios) if stats.ratios else 0.0,
+            "train/ratio_max": max(stats.ratios) if stats.ratios else 0.0,
+            "train/clip_frac_low": _mean(stats.clipped_low),
+            "train/clip_frac_high": _mean(stats.clipped_high),
+            "train/clip_frac": _mean([a + b for a, b in zip(stats.clipped_low, stats.clipped_high)]),
+            "train/tis_weight": _mean(stats.tis),
+            "train/grad_norm": _mean(stats.grad_norms),
+            "train/grad_norm_max": max(stats.grad_norms) if stats.grad_norms else 0.0,
+            "train/optimizer_steps": opt_steps,
+            "train/old_logprobs_recomputed": recompute,
+            "train/forward_passes": stats.forward_passes,
+            "train/padding_frac": 1.0 - stats.real_tokens / stats.padded_tokens if stats.padded_tokens else 0.0,
+            "train/lr": lr,
+            "train/updated": opt_steps > 0,
+            "time/score_s": t_score,
+            "time/train_s": time.perf_counter() - t0 - t_score,
         }
+        if self.reference is not None:
+            metrics["train/kl_ref"] = _mean(stats.kl)
         if mm is not None:
             metrics.update({f"mismatch/{k}": v for k, v in asdict(mm).items()})
         return metrics
 
+    def _optimizer_step(
+        self, mb: list[Sample], old: list[torch.Tensor | None], stats: _StepStats, fidelity: list[torch.Tensor] | None
+    ) -> float:
+        """Forward/backward ``mb`` in as few passes as ``forward_tokens`` allows, then one clipped
+        optimiser step; returns the mini-batch loss. ``fidelity``: append the (pre-update)
+        logprobs of the sampled tokens there, in ``mb`` order."""
+        self.optimizer.zero_grad(set_to_none=True)
+        total_samples = len(mb)
+        total_tokens = sum(s.num_sampled for s in mb)
+        loss_value = 0.0
+        fid: list[torch.Tensor] = [torch.empty(0)] * len(mb)
+        lengths = [len(s.token_ids) for s in mb]
+        for part in plan_forward_passes(lengths, self.cfg.forward_tokens):
+            rows = [mb[i] for i in part]
+            lps = self._logprobs(self.model, rows)
+            refs: list[torch.Tensor | None] = [None] * len(rows)
+            if self.reference is not None:
+                refs = list(self._score(self.reference, rows))
+            stats.forward_passes += 1
+            stats.padded_tokens += len(rows) * max(lengths[i] for i in part)
+            stats.real_tokens += sum(lengths[i] for i in part)
+            losses = []
+            for j, (i, s) in enumerate(zip(part, rows)):
+                logp = lps[j][_mask(s)]
+                fid[i] = logp.detach()
+                out = sample_loss(logp, old[i], _rollout_lp(s), float(s.advantage or 0.0), self.loss_cfg, refs[j])
+                losses.append(out.loss)
+                stats.ratios.append(out.ratio)
+                stats.clipped_low.append(out.clipped_low)
+                stats.clipped_high.append(out.clipped_high)
+                stats.tis.append(out.tis_weight)
+                stats.kl.append(out.kl)
+            part_loss = aggregate_losses(
+                losses, [s.num_sampled for s in rows], self.loss_cfg.aggregation, total_samples, total_tokens
+            )
+            torch.autograd.backward(part_loss)
+            loss_value += float(part_loss.detach())
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
+        stats.grad_norms.append(float(grad_norm))
+        self.optimizer.step()
+        if fidelity is not None:
+            fidelity.extend(fid)
+        return loss_value
+
+    # -- weights and state -----------------------------------------------------------------------
     def state_dict(self) -> dict[str, torch.Tensor]:
+        """The policy's weights (what the engine loads)."""
         return {k: v.detach() for k, v in self.model.state_dict().items()}
+
+    def state(self) -> dict[str, Any]:
+        """Everything a resumed trainer needs besides the model: optimizer, counters."""
+        return {"optimizer": self.optimizer.state_dict(), "version": self.version, "step_index": self.step_index}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.version = int(state["version"])
+        self.step_index = int(state["step_index"])
+
+
+def _mask(sample: Sample) -> torch.Tensor:
+    return torch.tensor(sample.loss_mask, dtype=torch.bool)
+
+
+def _rollout_lp(sample: Sample) -> torch.Tensor:
+    return torch.tensor(sample.rollout_logprobs, dtype=torch.float32)[_mask(sample)]

@@ -58,10 +58,18 @@ so the session router can align a request against a thread and the gateway reuse
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Sequence
+from typing import Any, Literal
 
-from legorl.gateway.renderer import Message, Renderer, message_key, render_assistant_content, returned_unchanged, tools_key
+from legorl.gateway.renderer import (
+    Message,
+    Renderer,
+    message_key,
+    render_assistant_content,
+    returned_unchanged,
+    tools_key,
+)
 from legorl.trajectory.records import AlignmentEvent
 
 MAX_SEGMENTS_KEPT = 16  # least recently used segments are forgotten for matching (their turns stay recorded)
@@ -116,9 +124,14 @@ class Alignment:
 
     def event(self, turn_index: int) -> AlignmentEvent:
         return AlignmentEvent(
-            turn_index=turn_index, kind=self.kind, reason=self.reason, segment_index=self.segment_index,
-            segment_kind=self.segment_kind, parent_thread_id=self.parent_thread_id,
-            parent_segment_index=self.parent_segment_index, forked_from_turn=self.forked_from_turn,
+            turn_index=turn_index,
+            kind=self.kind,
+            reason=self.reason,
+            segment_index=self.segment_index,
+            segment_kind=self.segment_kind,
+            parent_thread_id=self.parent_thread_id,
+            parent_segment_index=self.parent_segment_index,
+            forked_from_turn=self.forked_from_turn,
             realigned_messages=list(self.realigned_messages),
         )
 
@@ -315,7 +328,14 @@ def compare_prefix(
             continue
         diff = realign_diff(h, n, sampled_text)
         if diff is None:
-            return False, _describe_mismatch(i, h, n) if message_key(h) != message_key(n) else f"message {i} (assistant) differs in content", [], []
+            return (
+                False,
+                _describe_mismatch(i, h, n)
+                if message_key(h) != message_key(n)
+                else f"message {i} (assistant) differs in content",
+                [],
+                [],
+            )
         realigned.append(i)
         notes.append(f"msg {i} (assistant): {diff}")
     return True, "", realigned, notes
@@ -363,13 +383,17 @@ def _system(messages: Sequence[Message]) -> str | None:
 def _common_prefix(held: Sequence[Message], new: Sequence[Message]) -> int:
     n = 0
     for h, m in zip(held, new):
-        if message_key(h) != message_key(m) and not (h["role"] == m["role"] == "assistant" and realign_diff(h, m, None) is not None):
+        if message_key(h) != message_key(m) and not (
+            h["role"] == m["role"] == "assistant" and realign_diff(h, m, None) is not None
+        ):
             break
         n += 1
     return n
 
 
-def classify_fork(state: ThreadState, messages: Sequence[Message], tools: Sequence[dict] | None) -> tuple[str, HeldSegment | None, int]:
+def classify_fork(
+    state: ThreadState, messages: Sequence[Message], tools: Sequence[dict] | None
+) -> tuple[str, HeldSegment | None, int]:
     """-> (segment_kind, parent segment, common message prefix with it)."""
     best: HeldSegment | None = None
     best_n = 0
@@ -395,14 +419,21 @@ def classify_fork(state: ThreadState, messages: Sequence[Message], tools: Sequen
     return "rebuild", parent, best_n
 
 
-def align(state: ThreadState, renderer: Renderer, messages: Sequence[Message], tools: Sequence[dict] | None) -> Alignment:
+def align(
+    state: ThreadState, renderer: Renderer, messages: Sequence[Message], tools: Sequence[dict] | None
+) -> Alignment:
     """Match a request against a thread's held segments (newest first); see the module doc."""
     if not state.segments:
         prompt = renderer.render_prompt(messages, tools)
         return Alignment(
-            kind="start", segment_index=state.next_segment, prompt_token_ids=prompt, reused_prefix_len=0,
-            reason="first request of thread" + (f" (parent thread {state.parent_thread_id})" if state.parent_thread_id else ""),
-            segment_kind="subagent" if state.parent_thread_id else "main", parent_thread_id=state.parent_thread_id,
+            kind="start",
+            segment_index=state.next_segment,
+            prompt_token_ids=prompt,
+            reused_prefix_len=0,
+            reason="first request of thread"
+            + (f" (parent thread {state.parent_thread_id})" if state.parent_thread_id else ""),
+            segment_kind="subagent" if state.parent_thread_id else "main",
+            parent_thread_id=state.parent_thread_id,
         )
     reasons = []
     for seg in reversed(state.segments):

@@ -18,7 +18,7 @@ data).
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Iterable
+from collections.abc import Iterable
 
 from legorl.errors import AlignmentBuildError  # noqa: F401 - defined in the error tree, re-exported
 from legorl.trajectory.records import Sample, Turn
@@ -87,5 +87,5 @@ def build_samples(turns: Iterable[Turn], rollout_id: str) -> list[Sample]:
                 forked_from_turn=first.forked_from_turn,
             )
         )
-    samples.sort(key=lambda s: (s.turn_indices[0] if s.turn_indices else 0))
+    samples.sort(key=lambda s: s.turn_indices[0] if s.turn_indices else 0)
     return samples

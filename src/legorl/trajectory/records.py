@@ -61,7 +61,7 @@ class Turn(BaseModel):
     error: str | None = None
 
     @model_validator(mode="after")
-    def _lengths_agree(self) -> "Turn":
+    def _lengths_agree(self) -> Turn:
         if len(self.output_token_ids) != len(self.output_logprobs):
             raise ValueError("output_token_ids and output_logprobs differ in length")
         return self
@@ -88,7 +88,7 @@ class Sample(BaseModel):
     forked_from_turn: int | None = None
 
     @model_validator(mode="after")
-    def _lengths_agree(self) -> "Sample":
+    def _lengths_agree(self) -> Sample:
         n = len(self.token_ids)
         if len(self.loss_mask) != n or len(self.rollout_logprobs) != n:
             raise ValueError("token_ids, loss_mask and rollout_logprobs must have equal lengths")

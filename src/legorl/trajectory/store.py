@@ -46,9 +46,12 @@ import threading
 import time
 from array import array
 from collections import OrderedDict
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any
 
+from legorl.errors import RunDirError
 from legorl.trajectory.records import AlignmentEvent, Rollout, Sample, Turn
 
 log = logging.getLogger(__name__)
@@ -114,7 +117,23 @@ def _from(code: str, b: bytes | None) -> list:
 
 
 def _dumps(obj: Any) -> str:
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"), default=str)
+    out = json.dumps(obj, ensure_ascii=False, separators=(",", ":"), default=str)
+    try:
+        out.encode("utf-8")
+    except UnicodeEncodeError:  # lone surrogates: SQLite stores UTF-8 only; \\u escapes load back the same str
+        out = json.dumps(obj, ensure_ascii=True, separators=(",", ":"), default=str)
+    return out
+
+
+def _text(s: str | None) -> str | None:
+    """A text column SQLite can store: lone surrogates written as ``\\udxxx`` escapes."""
+    if s is None:
+        return None
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        return s.encode("utf-8", "backslashreplace").decode("utf-8")
+    return s
 
 
 class RunStore:
@@ -169,64 +188,166 @@ class RunStore:
         """Record one Turn durably (committed, and fsync'd when ``fsync``) before returning."""
         a = turn.alignment
         row = (
-            turn.session_id, turn.thread_id, turn.turn_index, a.segment_index, a.kind, a.segment_kind, turn.dialect,
-            turn.weight_version, len(turn.prompt_token_ids), len(turn.output_token_ids), turn.reused_prefix_len,
-            turn.cached_prompt_tokens, turn.finish_reason, int(turn.failed), turn.error, turn.started_at,
-            turn.timings.get("total_s"), turn.schema_version, a.model_dump_json(), _dumps(turn.sampling),
-            _dumps(turn.timings), _dumps(turn.request), _dumps(turn.response),
-            _i32(turn.prompt_token_ids), _i32(turn.output_token_ids), _f64(turn.output_logprobs),
+            _text(turn.session_id),
+            _text(turn.thread_id),
+            turn.turn_index,
+            a.segment_index,
+            a.kind,
+            a.segment_kind,
+            turn.dialect,
+            turn.weight_version,
+            len(turn.prompt_token_ids),
+            len(turn.output_token_ids),
+            turn.reused_prefix_len,
+            turn.cached_prompt_tokens,
+            turn.finish_reason,
+            int(turn.failed),
+            _text(turn.error),
+            turn.started_at,
+            turn.timings.get("total_s"),
+            turn.schema_version,
+            _dumps(a.model_dump(mode="json")),
+            _dumps(turn.sampling),
+            _dumps(turn.timings),
+            _dumps(turn.request),
+            _dumps(turn.response),
+            _i32(turn.prompt_token_ids),
+            _i32(turn.output_token_ids),
+            _f64(turn.output_logprobs),
         )
-        self._write(lambda c: c.execute(
-            f"INSERT INTO turns({_TURN_INDEX_COLS}, schema_version, alignment, sampling, timings, request, response, "
-            "prompt_ids, output_ids, output_logprobs) VALUES (" + ",".join("?" * 26) + ")", row))
+        self._write(
+            lambda c: c.execute(
+                f"INSERT INTO turns({_TURN_INDEX_COLS}, schema_version, alignment, sampling, timings, request, response, "
+                "prompt_ids, output_ids, output_logprobs) VALUES (" + ",".join("?" * 26) + ")",
+                row,
+            )
+        )
         self._pending += 1
         if self.compact_every and self._pending >= self.compact_every and not self._compacting:
             self._compacting = True
             threading.Thread(target=self._background_compact, daemon=True, name="runstore-compact").start()
 
     def _turn_from_row(self, r: sqlite3.Row | tuple, tokens: dict | None) -> Turn:
-        (sid, thread, ti, _seg, _k, _sk, dialect, wv, _pt, _ot, reused, cached, finish, failed, error, started, _tot,
-         schema, alignment, sampling, timings, request, response, p_ids, o_ids, o_lps, tfile, trow, _id) = r
+        (
+            sid,
+            thread,
+            ti,
+            _seg,
+            _k,
+            _sk,
+            dialect,
+            wv,
+            _pt,
+            _ot,
+            reused,
+            cached,
+            finish,
+            failed,
+            error,
+            started,
+            _tot,
+            schema,
+            alignment,
+            sampling,
+            timings,
+            request,
+            response,
+            p_ids,
+            o_ids,
+            o_lps,
+            tfile,
+            trow,
+            _id,
+        ) = r
         if tfile is not None:
             tok = tokens if tokens is not None else self._tokens("turns", tfile, _id)
             prompt, out, lps = tok["prompt_token_ids"], tok["output_token_ids"], tok["output_logprobs"]
         else:
             prompt, out, lps = _from("i", p_ids), _from("i", o_ids), _from("d", o_lps)
-        return Turn.model_validate({
-            "schema_version": schema, "session_id": sid, "thread_id": thread, "turn_index": ti, "dialect": dialect,
-            "prompt_token_ids": prompt, "output_token_ids": out, "output_logprobs": lps,
-            "sampling": json.loads(sampling), "weight_version": wv, "finish_reason": finish,
-            "alignment": json.loads(alignment), "reused_prefix_len": reused, "cached_prompt_tokens": cached,
-            "started_at": started, "timings": json.loads(timings), "request": json.loads(request),
-            "response": json.loads(response), "failed": bool(failed), "error": error,
-        })
+        if (len(prompt), len(out)) != (_pt, _ot):  # a damaged token file or BLOB, or a row pointing at the wrong one
+            raise RunDirError(
+                f"{self.run_dir / tfile if tfile else self.db_path}: turns row {_id}: token arrays of "
+                f"{len(prompt)} prompt / {len(out)} output tokens, the index says {_pt} / {_ot}"
+            )
+        return Turn.model_validate(
+            {
+                "schema_version": schema,
+                "session_id": sid,
+                "thread_id": thread,
+                "turn_index": ti,
+                "dialect": dialect,
+                "prompt_token_ids": prompt,
+                "output_token_ids": out,
+                "output_logprobs": lps,
+                "sampling": json.loads(sampling),
+                "weight_version": wv,
+                "finish_reason": finish,
+                "alignment": json.loads(alignment),
+                "reused_prefix_len": reused,
+                "cached_prompt_tokens": cached,
+                "started_at": started,
+                "timings": json.loads(timings),
+                "request": json.loads(request),
+                "response": json.loads(response),
+                "failed": bool(failed),
+                "error": error,
+            }
+        )
 
-    _TURN_SELECT = (f"SELECT {_TURN_INDEX_COLS}, schema_version, alignment, sampling, timings, request, response, "
-                    "prompt_ids, output_ids, output_logprobs, tokens_file, tokens_row, id FROM turns")
+    _TURN_SELECT = (
+        f"SELECT {_TURN_INDEX_COLS}, schema_version, alignment, sampling, timings, request, response, "
+        "prompt_ids, output_ids, output_logprobs, tokens_file, tokens_row, id FROM turns"
+    )
 
     def iter_turns(self, session_id: str | None = None) -> Iterator[Turn]:
         """Turns in record order (of one session: by turn_index)."""
-        c = self._conn()
-        if session_id is None:
-            rows = c.execute(self._TURN_SELECT + " ORDER BY id").fetchall()
-        else:
-            rows = c.execute(self._TURN_SELECT + " WHERE session_id=? ORDER BY turn_index, id", (session_id,)).fetchall()
+        with self._reading("turns"):
+            c = self._conn()
+            if session_id is None:
+                rows = c.execute(self._TURN_SELECT + " ORDER BY id").fetchall()
+            else:
+                rows = c.execute(
+                    self._TURN_SELECT + " WHERE session_id=? ORDER BY turn_index, id", (session_id,)
+                ).fetchall()
         for r in rows:
-            yield self._turn_from_row(r, None)
+            with self._reading(f"turns row {r[-1]}"):
+                turn = self._turn_from_row(r, None)
+            yield turn
 
     def get_turn(self, session_id: str, turn_index: int) -> Turn | None:
-        r = self._conn().execute(self._TURN_SELECT + " WHERE session_id=? AND turn_index=? ORDER BY id DESC LIMIT 1",
-                                 (session_id, turn_index)).fetchone()
-        return None if r is None else self._turn_from_row(r, None)
+        with self._reading(f"turn {turn_index} of session {session_id!r}"):
+            r = (
+                self._conn()
+                .execute(
+                    self._TURN_SELECT + " WHERE session_id=? AND turn_index=? ORDER BY id DESC LIMIT 1",
+                    (session_id, turn_index),
+                )
+                .fetchone()
+            )
+            return None if r is None else self._turn_from_row(r, None)
 
     def turn_index(self, session_id: str | None = None) -> list[dict]:
         """Index columns of the turns (no token arrays, no request/response bodies)."""
         cols = [c.strip() for c in _TURN_INDEX_COLS.split(",")]
         q = f"SELECT {_TURN_INDEX_COLS} FROM turns" + (" WHERE session_id=?" if session_id else "") + " ORDER BY id"
-        return [dict(zip(cols, r)) for r in self._conn().execute(q, (session_id,) if session_id else ())]
+        with self._reading("the turn index"):
+            return [dict(zip(cols, r)) for r in self._conn().execute(q, (session_id,) if session_id else ())]
 
     def sessions(self) -> list[str]:
-        return [r[0] for r in self._conn().execute("SELECT DISTINCT session_id FROM turns ORDER BY session_id")]
+        with self._reading("the session ids"):
+            return [r[0] for r in self._conn().execute("SELECT DISTINCT session_id FROM turns ORDER BY session_id")]
+
+    @contextmanager
+    def _reading(self, what: str) -> Iterator[None]:
+        """Reading ``what`` from a truncated or corrupt run directory raises :class:`RunDirError` naming the
+        database and the row (a missing or damaged Parquet file is named by :meth:`_tokens`)."""
+        try:
+            yield
+        except RunDirError:
+            raise
+        except (sqlite3.DatabaseError, ValueError, KeyError, TypeError) as exc:  # ValueError: JSON, pydantic
+            detail = " ".join(str(exc).split())[:300]
+            raise RunDirError(f"{self.db_path}: cannot read {what}: {type(exc).__name__}: {detail}") from None
 
     # -- rollouts / samples ----------------------------------------------------------------------
     def append_rollout(self, rollout: Rollout) -> None:
@@ -236,49 +357,161 @@ class RunStore:
             cur = c.execute(
                 "INSERT INTO rollouts(rollout_id, session_id, task_id, harness, step, group_index, status, reward, "
                 "started_at, duration_s, body) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                (rollout.rollout_id, rollout.session_id, rollout.task_id, rollout.harness, rollout.step,
-                 rollout.group_index, rollout.status, rollout.reward, rollout.started_at, rollout.duration_s, body))
+                (
+                    rollout.rollout_id,
+                    rollout.session_id,
+                    rollout.task_id,
+                    rollout.harness,
+                    rollout.step,
+                    rollout.group_index,
+                    rollout.status,
+                    rollout.reward,
+                    rollout.started_at,
+                    rollout.duration_s,
+                    body,
+                ),
+            )
             rowid = cur.lastrowid
             c.executemany(
                 "INSERT INTO samples(rollout_row, rollout_id, session_id, thread_id, segment_index, segment_kind, position, "
                 "num_tokens, num_sampled, reward, advantage, meta, token_ids, loss_mask, rollout_logprobs) "
                 "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                [(rowid, s.rollout_id, s.session_id, s.thread_id, s.segment_index, s.segment_kind, i, len(s.token_ids),
-                  s.num_sampled, s.reward, s.advantage,
-                  s.model_dump_json(exclude={"token_ids", "loss_mask", "rollout_logprobs"}),
-                  _i32(s.token_ids), bytes(s.loss_mask), _f64(s.rollout_logprobs)) for i, s in enumerate(rollout.samples)])
+                [
+                    (
+                        rowid,
+                        s.rollout_id,
+                        s.session_id,
+                        s.thread_id,
+                        s.segment_index,
+                        s.segment_kind,
+                        i,
+                        len(s.token_ids),
+                        s.num_sampled,
+                        s.reward,
+                        s.advantage,
+                        s.model_dump_json(exclude={"token_ids", "loss_mask", "rollout_logprobs"}),
+                        _i32(s.token_ids),
+                        bytes(s.loss_mask),
+                        _f64(s.rollout_logprobs),
+                    )
+                    for i, s in enumerate(rollout.samples)
+                ],
+            )
 
         self._write(tx)
 
     def _samples_of(self, rollout_row: int) -> list[Sample]:
-        rows = self._conn().execute(
-            "SELECT meta, token_ids, loss_mask, rollout_logprobs, tokens_file, id FROM samples WHERE rollout_row=? "
-            "ORDER BY position", (rollout_row,)).fetchall()
+        rows = (
+            self._conn()
+            .execute(
+                "SELECT meta, token_ids, loss_mask, rollout_logprobs, tokens_file, id, num_tokens FROM samples "
+                "WHERE rollout_row=? ORDER BY position",
+                (rollout_row,),
+            )
+            .fetchall()
+        )
         out = []
-        for meta, ids, mask, lps, tfile, sid in rows:
+        for meta, ids, mask, lps, tfile, sid, num_tokens in rows:
             d = json.loads(meta)
             if tfile is not None:
                 tok = self._tokens("samples", tfile, sid)
-                d.update(token_ids=tok["token_ids"], loss_mask=tok["loss_mask"], rollout_logprobs=tok["rollout_logprobs"])
+                d.update(
+                    token_ids=tok["token_ids"], loss_mask=tok["loss_mask"], rollout_logprobs=tok["rollout_logprobs"]
+                )
             else:
                 d.update(token_ids=_from("i", ids), loss_mask=list(mask or b""), rollout_logprobs=_from("d", lps))
+            if len(d["token_ids"]) != num_tokens:
+                raise RunDirError(
+                    f"{self.run_dir / tfile if tfile else self.db_path}: samples row {sid}: "
+                    f"{len(d['token_ids'])} token ids, the index says {num_tokens}"
+                )
             out.append(Sample.model_validate(d))
         return out
 
     def iter_rollouts(self) -> Iterator[Rollout]:
-        for rowid, body in self._conn().execute("SELECT id, body FROM rollouts ORDER BY id").fetchall():
-            r = Rollout.model_validate_json(body)
-            r.samples = self._samples_of(rowid)
+        with self._reading("rollouts"):
+            rows = self._conn().execute("SELECT id, body FROM rollouts ORDER BY id").fetchall()
+        for rowid, body in rows:
+            with self._reading(f"rollouts row {rowid}"):
+                r = Rollout.model_validate_json(body)
+                r.samples = self._samples_of(rowid)
             yield r
 
     def get_rollout(self, rollout_id: str) -> Rollout | None:
-        row = self._conn().execute("SELECT id, body FROM rollouts WHERE rollout_id=? ORDER BY id DESC LIMIT 1",
-                                   (rollout_id,)).fetchone()
-        if row is None:
-            return None
-        r = Rollout.model_validate_json(row[1])
-        r.samples = self._samples_of(row[0])
-        return r
+        with self._reading(f"rollout {rollout_id!r}"):
+            row = (
+                self._conn()
+                .execute("SELECT id, body FROM rollouts WHERE rollout_id=? ORDER BY id DESC LIMIT 1", (rollout_id,))
+                .fetchone()
+            )
+            if row is None:
+                return None
+            r = Rollout.model_validate_json(row[1])
+            r.samples = self._samples_of(row[0])
+            return r
+
+    def rollout_index(
+        self,
+        *,
+        status: str | None = None,
+        task_id: str | None = None,
+        harness: str | None = None,
+        step: int | None = None,
+        flag: str | None = None,
+        after_row: int = 0,
+        limit: int = 100,
+        offset: int = 0,
+        newest_first: bool = True,
+    ) -> list[dict[str, Any]]:
+        """Index columns of the rollouts (the last row of each id; no samples, diff or logs), filtered:
+        ``flag``: a flag kind in ``flag_details`` (``"*"``: any blocking flag); ``after_row``: only rows
+        appended after that ``row`` value (live readers)."""
+        where = ["r.id = (SELECT max(id) FROM rollouts WHERE rollout_id = r.rollout_id)", "r.id > ?"]
+        args: list[str | int] = [after_row]
+        for col, val in (("status", status), ("task_id", task_id), ("harness", harness), ("step", step)):
+            if val is not None:
+                where.append(f"r.{col} = ?")
+                args.append(val)
+        if flag == "*":
+            where.append("json_array_length(r.body, '$.flags') > 0")
+        elif flag:
+            where.append(
+                "EXISTS (SELECT 1 FROM json_each(r.body, '$.flag_details') f WHERE json_extract(f.value, '$.kind') = ?)"
+            )
+            args.append(flag)
+        q = (
+            "SELECT r.id, r.rollout_id, r.session_id, r.task_id, r.harness, r.step, r.group_index, r.status, r.reward, "
+            "r.started_at, r.duration_s, json_extract(r.body, '$.cause'), json_extract(r.body, '$.flags'), "
+            "(SELECT group_concat(json_extract(f.value, '$.kind')) FROM json_each(r.body, '$.flag_details') f), "
+            "json_extract(r.body, '$.grader.resolved') FROM rollouts r WHERE "
+            + " AND ".join(where)
+            + f" ORDER BY r.id {'DESC' if newest_first else 'ASC'} LIMIT ? OFFSET ?"
+        )
+        cols = (
+            "row",
+            "rollout_id",
+            "session_id",
+            "task_id",
+            "harness",
+            "step",
+            "group_index",
+            "status",
+            "reward",
+            "started_at",
+            "duration_s",
+            "cause",
+            "flags",
+            "flag_kinds",
+            "resolved",
+        )
+        out = []
+        for r in self._conn().execute(q, (*args, limit, offset)):
+            d = dict(zip(cols, r))
+            d["flags"] = json.loads(d["flags"] or "[]")
+            d["flag_kinds"] = sorted(set(d["flag_kinds"].split(","))) if d["flag_kinds"] else []
+            d["resolved"] = bool(d["resolved"])
+            out.append(d)
+        return out
 
     def samples(self, rollout_id: str) -> list[Sample]:
         """The training samples of a rollout: the ones recorded with it, else built from its session's
@@ -316,14 +549,22 @@ class RunStore:
             tdir = self.run_dir / TOKENS_DIR
             tdir.mkdir(exist_ok=True)
             specs = {
-                "turns": (("prompt_ids", "prompt_token_ids", "i", pa.int32()), ("output_ids", "output_token_ids", "i", pa.int32()),
-                          ("output_logprobs", "output_logprobs", "d", pa.float64())),
-                "samples": (("token_ids", "token_ids", "i", pa.int32()), ("loss_mask", "loss_mask", "B", pa.uint8()),
-                            ("rollout_logprobs", "rollout_logprobs", "d", pa.float64())),
+                "turns": (
+                    ("prompt_ids", "prompt_token_ids", "i", pa.int32()),
+                    ("output_ids", "output_token_ids", "i", pa.int32()),
+                    ("output_logprobs", "output_logprobs", "d", pa.float64()),
+                ),
+                "samples": (
+                    ("token_ids", "token_ids", "i", pa.int32()),
+                    ("loss_mask", "loss_mask", "B", pa.uint8()),
+                    ("rollout_logprobs", "rollout_logprobs", "d", pa.float64()),
+                ),
             }
             for table, cols in specs.items():
-                rows = c.execute(f"SELECT id, {', '.join(col for col, *_ in cols)} FROM {table} WHERE tokens_file IS NULL "
-                                 "ORDER BY id").fetchall()
+                rows = c.execute(
+                    f"SELECT id, {', '.join(col for col, *_ in cols)} FROM {table} WHERE tokens_file IS NULL "
+                    "ORDER BY id"
+                ).fetchall()
                 if not rows:
                     continue
                 n = 1 + sum(1 for _ in tdir.glob(f"{table}-*.parquet"))
@@ -345,9 +586,13 @@ class RunStore:
                 finally:
                     os.close(dfd)
                 nulls = ", ".join(f"{col}=NULL" for col, *_ in cols)
-                self._write(lambda c2: c2.executemany(
-                    f"UPDATE {table} SET {nulls}, tokens_file=?, tokens_row=? WHERE id=?",
-                    [(name, i, r[0]) for i, r in enumerate(rows)]))
+                # _write runs the callback synchronously, so binding this iteration's values is exact
+                self._write(
+                    lambda c2, table=table, nulls=nulls, name=name, rows=rows: c2.executemany(
+                        f"UPDATE {table} SET {nulls}, tokens_file=?, tokens_row=? WHERE id=?",
+                        [(name, i, r[0]) for i, r in enumerate(rows)],
+                    )
+                )
                 done[table] = len(rows)
             self._pending = max(0, self._pending - done["turns"])
         return done
@@ -357,16 +602,28 @@ class RunStore:
             byid = self._cache.get(tfile)
             if byid is not None:
                 self._cache.move_to_end(tfile)
+        path = self.run_dir / tfile
         if byid is None:
+            import pyarrow as pa
             import pyarrow.parquet as pq
 
-            t = pq.read_table(self.run_dir / tfile).to_pydict()
-            ids = t.pop("id")
+            try:
+                t = pq.read_table(path).to_pydict()
+                ids = t.pop("id")
+            except FileNotFoundError:
+                raise RunDirError(
+                    f"{path}: missing: {table} row {row_id} of {self.db_path} keeps its token arrays there"
+                ) from None
+            except (OSError, pa.ArrowException, KeyError) as exc:
+                detail = " ".join(str(exc).split())[:300]
+                raise RunDirError(f"{path}: unreadable Parquet token file ({type(exc).__name__}: {detail})") from None
             byid = {i: {k: v[j] for k, v in t.items()} for j, i in enumerate(ids)}
             with self._cache_lock:
                 self._cache[tfile] = byid
                 while len(self._cache) > 4:
                     self._cache.popitem(last=False)
+        if row_id not in byid:
+            raise RunDirError(f"{path}: has no row id {row_id} ({table} row {row_id} of {self.db_path} points there)")
         return byid[row_id]
 
     # -- lifecycle --------------------------------------------------------------------------------
@@ -380,7 +637,7 @@ class RunStore:
             c.close()
             self._local.conn = None
 
-    def __enter__(self) -> "RunStore":
+    def __enter__(self) -> RunStore:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -393,8 +650,10 @@ class RunStore:
         c = self._conn()
         if c.execute("SELECT (SELECT count(*) FROM turns) + (SELECT count(*) FROM rollouts)").fetchone()[0]:
             return
-        for path, fn in ((tj, lambda o: self.append_turn(Turn.model_validate(o))),
-                         (rj, lambda o: self.append_rollout(Rollout.model_validate(o)))):
+        for path, fn in (
+            (tj, lambda o: self.append_turn(Turn.model_validate(o))),
+            (rj, lambda o: self.append_rollout(Rollout.model_validate(o))),
+        ):
             if not path.exists():
                 continue
             for line in path.read_text().splitlines():
@@ -407,11 +666,19 @@ class RunStore:
 
 
 def open_run(run_dir: str | os.PathLike[str]) -> RunStore:
-    """Open an existing run directory for reading (and appending)."""
+    """Open an existing run directory for reading (and appending); :class:`RunDirError` naming the file when
+    it is not one, or its database is not a readable SQLite file."""
     p = Path(run_dir)
-    if not (p / DB_NAME).exists() and not (p / "turns.jsonl").exists():
-        raise FileNotFoundError(f"{p} is not a LEGO-RL run directory (no {DB_NAME})")
-    return RunStore(p, fsync=False)
+    db = p / DB_NAME
+    if not db.exists() and not (p / "turns.jsonl").exists():
+        what = "does not exist" if not p.exists() else "is not a directory" if not p.is_dir() else f"has no {DB_NAME}"
+        raise RunDirError(f"{p} is not a LEGO-RL run directory: it {what}")
+    if db.exists() and db.stat().st_size == 0 and not db.with_name(DB_NAME + "-wal").exists():
+        raise RunDirError(f"{db}: empty file (0 bytes): the run recorded nothing, or the file was truncated")
+    try:
+        return RunStore(p, fsync=False)
+    except sqlite3.DatabaseError as exc:
+        raise RunDirError(f"{db}: not a readable SQLite database ({exc})") from None
 
 
 __all__ = ["RunStore", "open_run", "AlignmentEvent"]

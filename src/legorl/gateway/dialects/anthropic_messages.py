@@ -36,18 +36,29 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from typing import TYPE_CHECKING, Any, AsyncIterator, Literal
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any, Literal
 
-from fastapi import Request
-from fastapi.responses import JSONResponse, Response
 from pydantic import Field, ValidationError
 
 from legorl.errors import InvalidRequestError
-from legorl.gateway.dialects.base import CoreCall, Dialect, GatewayError, Loose, parse_json_object, split_json_pieces, sse, text_pieces, validation_param
-from legorl.gateway.renderer import normalize_tools
+from legorl.gateway.completion import legorl_info
+from legorl.gateway.dialects.base import (
+    INVALID_JSON,
+    CoreCall,
+    Dialect,
+    GatewayError,
+    Loose,
+    join_content,
+    split_json_pieces,
+    sse,
+    text_pieces,
+    validation_param,
+)
+from legorl.gateway.renderer import Message, normalize_tools
 
 if TYPE_CHECKING:  # pragma: no cover
-    from legorl.gateway.app import Completion, Gateway
+    from legorl.gateway.completion import Completion
 
 DIALECT = "anthropic.messages"
 
@@ -85,43 +96,67 @@ def _anthropic_validation_error(exc: ValidationError) -> GatewayError:
     param, kind, msg = validation_param(exc)
     param = re.sub(r"\[(\d+)\]", r".\1", param)  # Anthropic spells paths messages.0.content
     text = f"{param}: Field required" if kind == "missing" else f"{param}: {msg}"
-    return GatewayError(400, text, param=param or None, code="missing_required_parameter" if kind == "missing" else "invalid_value")
+    return GatewayError(
+        400, text, param=param or None, code="missing_required_parameter" if kind == "missing" else "invalid_value"
+    )
 
 
-def _placeholder(block: dict) -> str | None:
+def _refuse(param: str, message: str) -> GatewayError:
+    return GatewayError(400, message, param=param)
+
+
+def _unanswered(user_index: str, call_ids: list[str]) -> GatewayError:
+    """The real API's refusal of ``tool_use`` blocks the next message does not answer."""
+    where = f"messages.{int(user_index) - 1}"
+    return _refuse(
+        where,
+        f"{where}: `tool_use` ids were found without `tool_result` blocks immediately after: "
+        f"{', '.join(call_ids)}. Each `tool_use` block must have a corresponding `tool_result` "
+        "block in the next message.",
+    )
+
+
+def _placeholder(block: dict[str, Any]) -> str | None:
     kind = block.get("type")
     if kind in ("image", "document"):
         return f"[{kind} omitted]"
     return None
 
 
-def blocks_text(content: Any, where: str) -> str:
+def _check_text(text: str, where: str, strict: bool) -> None:
+    """The real API refuses empty and whitespace-only text blocks."""
+    if not strict:
+        return
+    if not text:
+        raise _refuse(where, "messages: text content blocks must be non-empty")
+    if not text.strip():
+        raise _refuse(where, "messages: text content blocks must contain non-whitespace text")
+
+
+def blocks_text(content: Any, where: str, *, strict: bool = True) -> str:
     """A string or text blocks -> one string (``thinking`` dropped, images as placeholders)."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        raise GatewayError(400, f"{where}: expected a string or a list of content blocks", param=where)
-    out = []
-    for i, b in enumerate(content):
+
+    def block(i: int, b: Any) -> str | None:
         if isinstance(b, str):
-            out.append(b)
-            continue
+            return b
         if not isinstance(b, dict):
-            raise GatewayError(400, f"{where}.{i}: content blocks must be objects", param=f"{where}.{i}")
+            raise _refuse(f"{where}.{i}", f"{where}.{i}: content blocks must be objects")
         kind = b.get("type")
         if kind == "text":
             if not isinstance(b.get("text"), str):
-                raise GatewayError(400, f"{where}.{i}.text: Field required", param=f"{where}.{i}.text")
-            out.append(b["text"])
-        elif kind in ("thinking", "redacted_thinking"):
-            continue
-        elif _placeholder(b) is not None:
-            out.append(_placeholder(b))
-        else:
-            raise GatewayError(400, f"{where}.{i}: unsupported content block type {kind!r} here", param=f"{where}.{i}.type")
-    return "\n".join(out) if len(out) > 1 else "".join(out)
+                raise _refuse(f"{where}.{i}.text", f"{where}.{i}.text: Field required")
+            _check_text(b["text"], f"{where}.{i}.text", strict)
+            return str(b["text"])
+        if kind in ("thinking", "redacted_thinking"):
+            return None
+        placeholder = _placeholder(b)
+        if placeholder is not None:
+            return placeholder
+        raise _refuse(f"{where}.{i}.type", f"{where}.{i}: unsupported content block type {kind!r} here")
+
+    return join_content(
+        content, block, sep="\n", not_a_list=_refuse(where, f"{where}: expected a string or a list of content blocks")
+    )
 
 
 def system_text(system: Any) -> str:
@@ -132,89 +167,156 @@ def system_text(system: Any) -> str:
     parts = []
     for i, b in enumerate(system):
         if not isinstance(b, dict) or b.get("type", "text") != "text" or not isinstance(b.get("text"), str):
-            raise GatewayError(400, f"system.{i}: system blocks must be text blocks", param=f"system.{i}")
+            raise _refuse(f"system.{i}", f"system.{i}: system blocks must be text blocks")
         parts.append(b["text"])
     return "\n\n".join(parts)
 
 
-def to_messages(req: CountTokensRequest) -> tuple[list[dict], list[dict] | None]:
-    """Anthropic request -> normalised messages + tools (see the renderer's message shape)."""
+def _assistant_message(content: list[dict[str, Any]], where: str, strict: bool) -> tuple[Message, list[str]]:
+    """Assistant blocks -> the normalised message and the ids of its ``tool_use`` blocks."""
+    texts: list[str] = []
+    calls: list[dict[str, Any]] = []
+    for j, b in enumerate(content):
+        kind = b.get("type")
+        if kind == "text":
+            text = b.get("text")
+            if not isinstance(text, str):
+                raise _refuse(f"{where}.{j}.text", f"{where}.{j}.text: Field required")
+            # An empty text block is accepted here, unlike the real API: it is how the gateway answers an
+            # empty generation, and a harness must be able to send back what it received.
+            texts.append(text)
+        elif kind == "tool_use":
+            for f in ("id", "name") if strict else ("name",):
+                if not isinstance(b.get(f), str):
+                    raise _refuse(f"{where}.{j}.{f}", f"{where}.{j}.{f}: Field required")
+            inp = b.get("input", {})
+            if not isinstance(inp, dict):
+                raise _refuse(f"{where}.{j}.input", f"{where}.{j}.input: Input should be a valid dictionary")
+            calls.append({"id": str(b.get("id") or ""), "name": b["name"], "arguments": inp})
+        elif kind in ("thinking", "redacted_thinking", "server_tool_use", "web_search_tool_result"):
+            continue
+        else:
+            raise _refuse(f"{where}.{j}.type", f"{where}.{j}: unsupported assistant content block type {kind!r}")
+    msg: Message = {"role": "assistant", "content": "\n".join(t for t in texts if t)}
+    if calls:
+        msg["tool_calls"] = calls
+    return msg, [c["id"] for c in calls]
+
+
+def _user_messages(content: list[dict[str, Any]], where: str, strict: bool, open_calls: list[str]) -> list[Message]:
+    """User blocks -> tool messages (``tool_result``) and user messages (text, in order). ``open_calls``:
+    the ``tool_use`` ids of the previous message, each of which must be answered here (strict)."""
+    out: list[Message] = []
+    texts: list[str] = []
+    answered: set[str] = set()
+    for j, b in enumerate(content):
+        kind = b.get("type")
+        if kind == "tool_result":
+            call_id = b.get("tool_use_id")
+            if strict and not isinstance(call_id, str):
+                raise _refuse(f"{where}.{j}.tool_use_id", f"{where}.{j}.tool_use_id: Field required")
+            if strict and call_id not in open_calls:
+                raise _refuse(
+                    f"{where}.{j}",
+                    (
+                        f"{where}.{j}: unexpected `tool_use_id` found in `tool_result` blocks: {call_id}. Each "
+                        "`tool_result` block must have a corresponding `tool_use` block in the previous message."
+                    ),
+                )
+            answered.add(str(call_id))
+            if texts:
+                out.append({"role": "user", "content": "\n".join(texts)})
+                texts = []
+            text = blocks_text(b.get("content"), f"{where}.{j}.content", strict=strict)
+            if b.get("is_error") and not text.startswith("Error"):
+                text = "Error: " + text
+            out.append({"role": "tool", "tool_call_id": str(call_id or ""), "content": text})
+        elif kind == "text":
+            block_text = b.get("text")
+            if not isinstance(block_text, str):
+                raise _refuse(f"{where}.{j}.text", f"{where}.{j}.text: Field required")
+            _check_text(block_text, f"{where}.{j}.text", strict)
+            texts.append(block_text)
+        elif kind in ("thinking", "redacted_thinking"):
+            continue
+        elif (placeholder := _placeholder(b)) is not None:
+            texts.append(placeholder)
+        else:
+            raise _refuse(f"{where}.{j}.type", f"{where}.{j}: unsupported user content block type {kind!r}")
+    missing = [c for c in open_calls if c not in answered]
+    if strict and missing:
+        raise _unanswered(where.split(".")[1], missing)
+    if texts or not content:
+        out.append({"role": "user", "content": "\n".join(texts)})
+    return out
+
+
+def to_messages(req: CountTokensRequest, *, strict: bool = True) -> tuple[list[Message], list[dict[str, Any]] | None]:
+    """Anthropic request -> normalised messages + tools (see the renderer's message shape). ``strict``:
+    refuse what the real API refuses (docs/gateway-validation.md)."""
     system_parts = [system_text(req.system)] if req.system else []
-    out: list[dict] = []
+    out: list[Message] = []
+    open_calls: list[str] = []  # tool_use ids of the previous (non-system) message
+    last = len(req.messages) - 1
     for i, m in enumerate(req.messages):
         where = f"messages.{i}.content"
         if m.role == "system":
             if not out:  # before the conversation: part of the system prompt
-                system_parts.append(blocks_text(m.content, where))
+                system_parts.append(blocks_text(m.content, where, strict=strict))
             else:  # mid-conversation (Claude Code's attachments, e.g. after compaction): in place, as
                 # user text, so that the system prompt and the held prefix stay stable
-                out.append({"role": "user", "content": blocks_text(m.content, where)})
+                out.append({"role": "user", "content": blocks_text(m.content, where, strict=strict)})
             continue
-        if isinstance(m.content, str):
-            out.append({"role": m.role, "content": m.content})
-            continue
+        if strict and not m.content and not (i == last and m.role == "assistant"):
+            raise _refuse(
+                f"messages.{i}",
+                f"messages.{i}: all messages must have non-empty content except for the "
+                "optional final assistant message",
+            )
         if m.role == "assistant":
-            texts: list[str] = []
-            calls: list[dict] = []
-            for j, b in enumerate(m.content):
-                kind = b.get("type") if isinstance(b, dict) else None
-                if kind == "text":
-                    texts.append(str(b.get("text", "")))
-                elif kind == "tool_use":
-                    if not isinstance(b.get("name"), str):
-                        raise GatewayError(400, f"{where}.{j}.name: Field required", param=f"{where}.{j}.name")
-                    inp = b.get("input", {})
-                    if not isinstance(inp, dict):
-                        raise GatewayError(400, f"{where}.{j}.input: Input should be a valid dictionary", param=f"{where}.{j}.input")
-                    calls.append({"id": str(b.get("id") or ""), "name": b["name"], "arguments": inp})
-                elif kind in ("thinking", "redacted_thinking"):
-                    continue
-                elif kind in ("server_tool_use", "web_search_tool_result"):
-                    continue
-                else:
-                    raise GatewayError(400, f"{where}.{j}: unsupported assistant content block type {kind!r}", param=f"{where}.{j}.type")
-            msg: dict = {"role": "assistant", "content": "\n".join(t for t in texts if t)}
-            if calls:
-                msg["tool_calls"] = calls
+            if strict and open_calls:
+                raise _unanswered(str(i), open_calls)
+            if isinstance(m.content, str):
+                msg, open_calls = {"role": "assistant", "content": m.content}, []
+            else:
+                msg, open_calls = _assistant_message(m.content, where, strict)
+            if strict and i == last and msg["content"] != msg["content"].rstrip() and not open_calls:
+                raise _refuse(f"messages.{i}", "final assistant content cannot end with trailing whitespace")
             out.append(msg)
             continue
-        # user blocks: tool results become tool messages, text (in order) user messages
-        texts = []
-        for j, b in enumerate(m.content):
-            kind = b.get("type") if isinstance(b, dict) else None
-            if kind == "tool_result":
-                if texts:
-                    out.append({"role": "user", "content": "\n".join(texts)})
-                    texts = []
-                content = blocks_text(b.get("content"), f"{where}.{j}.content")
-                if b.get("is_error") and not content.startswith("Error"):
-                    content = "Error: " + content
-                out.append({"role": "tool", "tool_call_id": str(b.get("tool_use_id") or ""), "content": content})
-            elif kind == "text":
-                texts.append(str(b.get("text", "")))
-            elif kind in ("thinking", "redacted_thinking"):
-                continue
-            elif isinstance(b, dict) and _placeholder(b) is not None:
-                texts.append(_placeholder(b))
-            else:
-                raise GatewayError(400, f"{where}.{j}: unsupported user content block type {kind!r}", param=f"{where}.{j}.type")
-        if texts or not m.content:
-            out.append({"role": "user", "content": "\n".join(texts)})
+        if isinstance(m.content, str):
+            if strict and open_calls:
+                raise _unanswered(str(i), open_calls)
+            out.append({"role": "user", "content": m.content})
+        else:
+            out.extend(_user_messages(m.content, where, strict, open_calls))
+        open_calls = []
     system = "\n\n".join(p for p in system_parts if p)
     if system:
         out.insert(0, {"role": "system", "content": system})
     if not out:
-        raise GatewayError(400, "messages: at least one non-system message is required", param="messages")
-    fn_tools = [t.model_dump(exclude_none=True) for t in (req.tools or []) if t.input_schema is not None or t.type in (None, "custom")]
+        raise _refuse("messages", "messages: at least one non-system message is required")
+    fn_tools = [
+        t.model_dump(exclude_none=True)
+        for t in (req.tools or [])
+        if t.input_schema is not None or t.type in (None, "custom")
+    ]
     try:
         tools = normalize_tools(fn_tools or None)
     except InvalidRequestError as exc:
-        raise GatewayError(400, str(exc), param="tools") from None
+        raise _refuse("tools", str(exc)) from None
     return out, tools
 
 
-_ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error", 404: "not_found_error",
-                405: "invalid_request_error", 413: "request_too_large", 429: "rate_limit_error"}
+_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+}
 
 
 class AnthropicMessages(Dialect):
@@ -225,7 +327,7 @@ class AnthropicMessages(Dialect):
             return 529
         return err.status
 
-    def error_body(self, err: GatewayError) -> dict:
+    def error_body(self, err: GatewayError) -> dict[str, Any]:
         status = self.error_status(err)
         if status == 529:
             etype = "overloaded_error"
@@ -234,29 +336,39 @@ class AnthropicMessages(Dialect):
         message = err.message
         if err.code == "context_length_exceeded":
             message = f"prompt is too long: {message}"
+        elif err.code == INVALID_JSON:
+            message = f"The request body is not valid JSON: {message}"
         return {"type": "error", "error": {"type": etype, "message": message}}
 
     def unauthorized(self) -> GatewayError:
         return GatewayError(401, "invalid x-api-key (unknown or closed LEGO-RL session token)", code="invalid_api_key")
 
-    def parse(self, gw, session, body, request) -> CoreCall:
+    def parse(self, body: dict[str, Any], session_id: str) -> CoreCall:
         try:
             req = MessagesRequest.model_validate(body)
         except ValidationError as exc:
             raise _anthropic_validation_error(exc) from None
-        messages, tools = to_messages(req)
+        messages, tools = to_messages(req, strict=self.strict)
         return CoreCall(
-            messages=messages, tools=tools, max_tokens=req.max_tokens, temperature=req.temperature, top_p=req.top_p,
-            seed=req.seed, stop=list(req.stop_sequences or []), stream=bool(req.stream),
+            messages=messages,
+            tools=tools,
+            max_tokens=req.max_tokens,
+            temperature=req.temperature,
+            top_p=req.top_p,
+            seed=req.seed,
+            stop=list(req.stop_sequences or []),
+            stream=bool(req.stream),
         )
 
-    def make_response(self, gw: "Gateway", call: CoreCall, completion: "Completion") -> dict:
+    def make_response(self, call: CoreCall, completion: Completion) -> dict[str, Any]:
         parsed = completion.parsed
-        content: list[dict] = []
+        content: list[dict[str, Any]] = []
         if parsed.content or not parsed.tool_calls:
             content.append({"type": "text", "text": parsed.content})
         for c in parsed.tool_calls:
-            content.append({"type": "tool_use", "id": "toolu_" + uuid.uuid4().hex[:24], "name": c.name, "input": c.arguments})
+            content.append(
+                {"type": "tool_use", "id": "toolu_" + uuid.uuid4().hex[:24], "name": c.name, "input": c.arguments}
+            )
         if completion.finish_reason == "tool_calls":
             stop_reason = "tool_use"
         elif completion.finish_reason == "length":
@@ -270,7 +382,7 @@ class AnthropicMessages(Dialect):
             "id": "msg_" + uuid.uuid4().hex,
             "type": "message",
             "role": "assistant",
-            "model": gw.model_name,
+            "model": self.model_name,
             "content": content,
             "stop_reason": stop_reason,
             "stop_sequence": completion.stop_sequence,
@@ -280,10 +392,10 @@ class AnthropicMessages(Dialect):
                 "cache_read_input_tokens": cached,
                 "output_tokens": len(completion.output_token_ids),
             },
-            "x_legorl": gw.legorl_info(completion),
+            "x_legorl": legorl_info(completion),
         }
 
-    async def stream(self, gw: "Gateway", call: CoreCall, completion: "Completion") -> AsyncIterator[bytes]:
+    async def stream(self, call: CoreCall, completion: Completion) -> AsyncIterator[bytes]:
         resp = completion.turn.response
         usage = resp["usage"]
         start = {k: v for k, v in resp.items() if k != "x_legorl"}
@@ -291,32 +403,53 @@ class AnthropicMessages(Dialect):
         yield sse({"type": "message_start", "message": start}, "message_start")
         for idx, block in enumerate(resp["content"]):
             if block["type"] == "text":
-                yield sse({"type": "content_block_start", "index": idx, "content_block": {"type": "text", "text": ""}}, "content_block_start")
-                for piece in text_pieces(gw.renderer, block["text"]):
-                    yield sse({"type": "content_block_delta", "index": idx, "delta": {"type": "text_delta", "text": piece}}, "content_block_delta")
+                yield sse(
+                    {"type": "content_block_start", "index": idx, "content_block": {"type": "text", "text": ""}},
+                    "content_block_start",
+                )
+                for piece in text_pieces(self.renderer, block["text"]):
+                    yield sse(
+                        {"type": "content_block_delta", "index": idx, "delta": {"type": "text_delta", "text": piece}},
+                        "content_block_delta",
+                    )
             else:
-                yield sse({"type": "content_block_start", "index": idx, "content_block": {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}}, "content_block_start")
-                for piece in split_json_pieces(gw.renderer, json.dumps(block["input"], ensure_ascii=False)):
-                    yield sse({"type": "content_block_delta", "index": idx, "delta": {"type": "input_json_delta", "partial_json": piece}}, "content_block_delta")
+                yield sse(
+                    {
+                        "type": "content_block_start",
+                        "index": idx,
+                        "content_block": {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}},
+                    },
+                    "content_block_start",
+                )
+                for piece in split_json_pieces(self.renderer, json.dumps(block["input"], ensure_ascii=False)):
+                    yield sse(
+                        {
+                            "type": "content_block_delta",
+                            "index": idx,
+                            "delta": {"type": "input_json_delta", "partial_json": piece},
+                        },
+                        "content_block_delta",
+                    )
             yield sse({"type": "content_block_stop", "index": idx}, "content_block_stop")
-        yield sse({"type": "message_delta", "delta": {"stop_reason": resp["stop_reason"], "stop_sequence": resp["stop_sequence"]}, "usage": usage}, "message_delta")
+        yield sse(
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": resp["stop_reason"], "stop_sequence": resp["stop_sequence"]},
+                "usage": usage,
+            },
+            "message_delta",
+        )
         yield sse({"type": "message_stop"}, "message_stop")
 
-    # -- count_tokens ------------------------------------------------------------------------
-    async def count_tokens(self, gw: "Gateway", request: Request) -> Response:
-        if gw.sessions.lookup(request.headers) is None:
-            return self.error_response(self.unauthorized())
+    def count_tokens(self, body: dict[str, Any]) -> dict[str, Any]:
+        """``POST /v1/messages/count_tokens``: the prompt tokens the request would cost."""
         try:
-            body = parse_json_object(await request.body())
-            try:
-                req = CountTokensRequest.model_validate(body)
-            except ValidationError as exc:
-                raise _anthropic_validation_error(exc) from None
-            messages, tools = to_messages(req)
-            try:
-                n = len(gw.renderer.render_prompt(messages, tools))
-            except InvalidRequestError as exc:
-                raise GatewayError(400, str(exc), param="messages") from None
-        except GatewayError as err:
-            return self.error_response(err)
-        return JSONResponse({"input_tokens": n})
+            req = CountTokensRequest.model_validate(body)
+        except ValidationError as exc:
+            raise _anthropic_validation_error(exc) from None
+        messages, tools = to_messages(req, strict=self.strict)
+        try:
+            n = len(self.renderer.render_prompt(messages, tools))
+        except InvalidRequestError as exc:
+            raise _refuse("messages", str(exc)) from None
+        return {"input_tokens": n}

@@ -1,58 +1,54 @@
-"""What every dialect adapter shares: the error type, the parsed core call, the request handler
-(auth -> JSON -> dialect parse -> :meth:`Gateway.complete` watched for client disconnects ->
-JSON or SSE response), SSE framing and per-token text pieces for streaming.
+"""What every dialect adapter shares: the parsed core call, the :class:`Dialect` interface, strict
+JSON body parsing, wire-model helpers, SSE framing and per-token text pieces for streaming.
 
-A dialect implements :class:`Dialect`: ``parse`` (wire body -> :class:`CoreCall`, raising
-:class:`GatewayError` naming the bad field), ``make_response`` (:class:`~legorl.gateway.app.Completion`
--> the non-streaming wire body, also stored in the Turn), ``stream`` (the same content as SSE
-events, derived from the stored body so ids agree) and ``error_body`` / ``error_status`` (its error
-shape).
+A dialect is built with only what it needs — the :class:`~legorl.gateway.renderer.Renderer` (token
+pieces for streaming, token counts, logprob strings), the model name it reports, and whether it
+validates conversations strictly (:doc:`docs/gateway-validation.md`) — and implements ``parse``
+(wire body -> :class:`CoreCall`, raising :class:`GatewayError` naming the bad field),
+``make_response`` (:class:`~legorl.gateway.completion.Completion` -> the non-streaming wire body,
+also stored in the Turn), ``stream`` (the same content as SSE events, derived from the stored body
+so ids agree) and ``error_body`` / ``error_status`` (its error shape). Request handling (auth, body,
+generation, disconnects, recording) is the app's (:mod:`legorl.gateway.app`).
 
 Generation happens once (the Engine protocol is not incremental); the finished output is then
-streamed as one chunk per token of the visible text (:func:`text_pieces`). While the engine works
-the handler watches the ASGI receive channel: a client that disconnects cancels the generation
-(the awaiting task is cancelled, the engine drops the request) and the Turn is recorded with
-``failed=True, error="client_disconnected", finish_reason="cancelled"``.
+streamed as one chunk per token of the visible text (:func:`text_pieces`).
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
-import logging
+import re
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, AsyncIterator, Sequence
+from typing import TYPE_CHECKING, Any
 
-from fastapi import Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from legorl.errors import (  # noqa: F401 - GatewayError, ClientDisconnected: defined in the error tree, re-exported
-    ClientDisconnected, ContextLengthError, EngineOverloadedError, GatewayError, InvalidRequestError)
+# GatewayError and ClientDisconnected are defined in the error tree; re-exported here where they were
+from legorl.errors import ClientDisconnected, GatewayError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from legorl.gateway.app import Completion, Gateway
+    from legorl.gateway.completion import Completion
     from legorl.gateway.renderer import Message, Renderer
-    from legorl.gateway.sessions import Session
 
-log = logging.getLogger(__name__)
+__all__ = [
+    "ClientDisconnected",
+    "CoreCall",
+    "Dialect",
+    "GatewayError",
+    "Loose",
+    "join_content",
+    "lone_surrogate",
+    "openai_validation_error",
+    "parse_json_object",
+    "split_json_pieces",
+    "sse",
+    "text_pieces",
+    "validation_param",
+]
 
-CLIENT_DISCONNECTED = "client_disconnected"
-
-
-def engine_error(exc: BaseException, context_param: str = "messages") -> GatewayError:
-    if isinstance(exc, GatewayError):
-        return exc
-    if isinstance(exc, ContextLengthError):
-        return GatewayError(400, str(exc), param=context_param, code="context_length_exceeded")
-    if isinstance(exc, InvalidRequestError):
-        return GatewayError(400, str(exc))
-    if isinstance(exc, EngineOverloadedError):
-        return GatewayError(503, f"engine unavailable: {exc}", type="server_error", code="engine_overloaded")
-    if isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
-        return GatewayError(504, "engine timed out", type="server_error", code="engine_timeout")
-    return GatewayError(500, f"engine failure: {type(exc).__name__}: {exc}", type="server_error", code="engine_error")
+INVALID_JSON = "invalid_json"  # GatewayError.code of a body that is not a strict JSON object
 
 
 class Loose(BaseModel):
@@ -72,7 +68,7 @@ def validation_param(exc: ValidationError) -> tuple[str, str, str]:
     param = ""
     for p in parts:
         param += f"[{p}]" if p.isdigit() else (("." if param else "") + p)
-    return param, err.get("type", ""), str(err.get("msg", ""))
+    return param, str(err.get("type", "")), str(err.get("msg", ""))
 
 
 def openai_validation_error(exc: ValidationError) -> GatewayError:
@@ -81,25 +77,88 @@ def openai_validation_error(exc: ValidationError) -> GatewayError:
         text = f"Missing required parameter: '{param}'."
     else:
         text = f"Invalid value for '{param}': {msg}."
-    return GatewayError(400, text, param=param or None, code="missing_required_parameter" if kind == "missing" else "invalid_value")
+    return GatewayError(
+        400, text, param=param or None, code="missing_required_parameter" if kind == "missing" else "invalid_value"
+    )
 
 
-def parse_json_object(raw: bytes) -> dict:
+# --------------------------------------------------------------------------- strict JSON
+
+# A JSON escape (valid JSON: every backslash starts one); group 1 holds the 4 hex digits of \uXXXX.
+_ESCAPE = re.compile(r"\\(?:u([0-9a-fA-F]{4})|.)")
+_MAYBE_SURROGATE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def lone_surrogate(text: str) -> tuple[int, str] | None:
+    """The first unpaired UTF-16 surrogate escape in valid JSON ``text``: (char offset, detail) or
+    None. Python's ``json`` accepts ``"\\ud800"``; RFC 8259 parsers (serde_json behind Anthropic's
+    API, OpenAI's) refuse it, and the text could never be encoded as UTF-8 (tokenizer, store)."""
+    if not _MAYBE_SURROGATE.search(text):
+        return None
+    pending: re.Match[str] | None = None  # a high surrogate waiting for its low half
+    for m in _ESCAPE.finditer(text):
+        cp = int(m.group(1), 16) if m.group(1) else None
+        if pending is not None:
+            if m.start() == pending.end() and cp is not None and 0xDC00 <= cp <= 0xDFFF:
+                pending = None
+                continue
+            return pending.start(), "no low surrogate in string"
+        if cp is not None and 0xD800 <= cp <= 0xDBFF:
+            pending = m
+        elif cp is not None and 0xDC00 <= cp <= 0xDFFF:
+            return m.start(), "lone low surrogate in string"
+    return (pending.start(), "no low surrogate in string") if pending is not None else None
+
+
+def _where(text: str, pos: int) -> str:
+    line = text.count("\n", 0, pos) + 1
+    col = pos - (text.rfind("\n", 0, pos) + 1) + 1
+    return f"line {line} column {col} (char {pos})"
+
+
+def parse_json_object(raw: bytes) -> dict[str, Any]:
+    """The request body as a JSON object, parsed as strictly as the real APIs: UTF-8 only (Python's
+    ``json`` would take UTF-16/32 and encoded surrogates), no lone surrogate escapes, no raw control
+    characters in strings. Raises :class:`GatewayError` (400, ``code`` :data:`INVALID_JSON`,
+    ``message`` the parser's detail, which each dialect words in its own way)."""
     try:
-        body = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise GatewayError(400, f"We could not parse the JSON body of your request: {exc}") from None
+        text = raw.decode("utf-8")
+        body = json.loads(text)
+    except UnicodeDecodeError as exc:
+        raise GatewayError(400, f"invalid UTF-8 at byte {exc.start}", code=INVALID_JSON) from None
+    except (json.JSONDecodeError, RecursionError) as exc:
+        raise GatewayError(
+            400, str(exc) if isinstance(exc, json.JSONDecodeError) else "nested too deep", code=INVALID_JSON
+        ) from None
+    bad = lone_surrogate(text)
+    if bad is not None:
+        raise GatewayError(400, f"{bad[1]}: {_where(text, bad[0])}", code=INVALID_JSON)
     if not isinstance(body, dict):
-        raise GatewayError(400, "The request body must be a JSON object.")
+        raise GatewayError(400, "the request body must be a JSON object", code=INVALID_JSON)
     return body
+
+
+def join_content(
+    content: Any, part_text: Callable[[int, Any], str | None], *, sep: str, not_a_list: GatewayError
+) -> str:
+    """Message content as the wire APIs send it — a string, None, or a list of parts — as one string.
+    ``part_text(i, part)`` gives a part's text, None to drop it, or raises the dialect's error."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise not_a_list
+    texts = [t for i, part in enumerate(content) if (t := part_text(i, part)) is not None]
+    return sep.join(texts)
 
 
 @dataclass
 class CoreCall:
     """A wire request reduced to what :meth:`Gateway.complete` needs (+ dialect extras)."""
 
-    messages: list["Message"]
-    tools: list[dict] | None = None
+    messages: list[Message]
+    tools: list[dict[str, Any]] | None = None
     max_tokens: int | None = None
     temperature: float | None = None
     top_p: float | None = None
@@ -111,14 +170,25 @@ class CoreCall:
 
 
 class Dialect:
+    """One wire API. See the module doc for what a dialect implements."""
+
     name = "base"
     context_param = "messages"
+
+    def __init__(self, renderer: Renderer, model_name: str, *, strict: bool = True) -> None:
+        self.renderer = renderer
+        self.model_name = model_name
+        self.strict = strict  # refuse conversations the real API refuses (False: lenient, documented)
 
     # -- errors ------------------------------------------------------------------------------
     def error_status(self, err: GatewayError) -> int:
         return err.status
 
-    def error_body(self, err: GatewayError) -> dict:
+    def error_body(self, err: GatewayError) -> dict[str, Any]:
+        if err.code == INVALID_JSON:  # OpenAI's wording
+            return GatewayError(
+                400, f"We could not parse the JSON body of your request: {err.message}", code=None
+            ).body()
         return err.body()
 
     def error_response(self, err: GatewayError) -> JSONResponse:
@@ -128,89 +198,22 @@ class Dialect:
         return JSONResponse(self.error_body(err), status_code=status, headers=headers or None)
 
     def unauthorized(self) -> GatewayError:
-        return GatewayError(401, "Incorrect API key provided (unknown or closed LEGO-RL session token).", type="invalid_request_error", code="invalid_api_key")
+        return GatewayError(
+            401,
+            "Incorrect API key provided (unknown or closed LEGO-RL session token).",
+            type="invalid_request_error",
+            code="invalid_api_key",
+        )
 
     # -- to implement ------------------------------------------------------------------------
-    def parse(self, gw: "Gateway", session: "Session", body: dict, request: Request) -> CoreCall:
+    def parse(self, body: dict[str, Any], session_id: str) -> CoreCall:
         raise NotImplementedError
 
-    def make_response(self, gw: "Gateway", call: CoreCall, completion: "Completion") -> dict:
+    def make_response(self, call: CoreCall, completion: Completion) -> dict[str, Any]:
         raise NotImplementedError
 
-    def stream(self, gw: "Gateway", call: CoreCall, completion: "Completion") -> AsyncIterator[bytes]:
+    def stream(self, call: CoreCall, completion: Completion) -> AsyncIterator[bytes]:
         raise NotImplementedError
-
-
-# --------------------------------------------------------------------------- handler
-
-
-async def run_until_disconnect(request: Request, coro) -> Any:
-    """Await ``coro`` as a task; if the client disconnects first, cancel it and raise
-    :class:`ClientDisconnected` (after the task has finished unwinding)."""
-    task = asyncio.ensure_future(coro)
-
-    async def watch() -> None:
-        while True:
-            msg = await request.receive()
-            if msg.get("type") == "http.disconnect":
-                return
-            await asyncio.sleep(0)  # more body after the body? ignore, keep waiting
-
-    watcher = asyncio.ensure_future(watch())
-    try:
-        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
-    except asyncio.CancelledError:  # the server itself cancelled us
-        task.cancel()
-        watcher.cancel()
-        raise
-    if task.done():
-        watcher.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await watcher
-        return task.result()
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError, Exception):
-        await task
-    raise ClientDisconnected()
-
-
-async def handle(gw: "Gateway", dialect: Dialect, request: Request) -> Response:
-    from legorl.gateway.sessions import thread_from_headers
-
-    session = gw.sessions.lookup(request.headers)
-    if session is None:
-        return dialect.error_response(dialect.unauthorized())
-    thread_id = thread_from_headers(request.headers)
-    raw = await request.body()
-    body: Any = None
-    try:
-        body = parse_json_object(raw)
-        call = dialect.parse(gw, session, body, request)
-    except GatewayError as err:
-        await gw.record_rejected(session, thread_id, dialect.name, body if body is not None else raw[:2000].decode("utf-8", "replace"), err)
-        return dialect.error_response(err)
-
-    try:
-        completion = await run_until_disconnect(
-            request,
-            gw.complete(
-                session, thread_id, call.messages, call.tools, dialect=dialect.name,
-                max_tokens=call.max_tokens, temperature=call.temperature, top_p=call.top_p, seed=call.seed,
-                stop=call.stop, raw_request=body, make_response=lambda c: dialect.make_response(gw, call, c),
-                context_param=dialect.context_param,
-            ),
-        )
-    except GatewayError as err:
-        return dialect.error_response(err)
-    except ClientDisconnected:
-        return Response(status_code=499)  # nobody is listening any more
-    if call.stream:
-        return StreamingResponse(
-            dialect.stream(gw, call, completion),
-            media_type="text/event-stream",
-            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-        )
-    return JSONResponse(completion.turn.response)
 
 
 # --------------------------------------------------------------------------- streaming helpers
@@ -223,21 +226,22 @@ _LINE_BREAKS_IN_JSON = str.maketrans({"\u2028": "\\u2028", "\u2029": "\\u2029", 
 
 
 def sse(data: Any, event: str | None = None) -> bytes:
-    payload = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False, separators=(",", ":")).translate(_LINE_BREAKS_IN_JSON)
+    payload = (
+        data
+        if isinstance(data, str)
+        else json.dumps(data, ensure_ascii=False, separators=(",", ":")).translate(_LINE_BREAKS_IN_JSON)
+    )
     head = f"event: {event}\n" if event else ""
-    return f"{head}data: {payload}\n\n".encode("utf-8")
+    return f"{head}data: {payload}\n\n".encode()
 
 
-def text_pieces(renderer: "Renderer", text: str) -> list[str]:
+def text_pieces(renderer: Renderer, text: str) -> list[str]:
     """Split ``text`` into one piece per token (incremental detokenisation; a token that ends
     inside a multi-byte character is merged into the next piece). ``"".join(pieces) == text``
     always (falls back to one piece when the tokenizer does not decode concatenatively)."""
     if not text:
         return []
-    try:
-        ids = renderer.encode(text)
-    except Exception:  # noqa: BLE001
-        return [text]
+    ids = renderer.encode(text)
     pieces: list[str] = []
     ck = 0  # ids[:ck] decode to "".join(pieces)
     for i in range(len(ids)):
@@ -250,5 +254,5 @@ def text_pieces(renderer: "Renderer", text: str) -> list[str]:
     return pieces if "".join(pieces) == text else [text]
 
 
-def split_json_pieces(renderer: "Renderer", s: str) -> Sequence[str]:
+def split_json_pieces(renderer: Renderer, s: str) -> Sequence[str]:
     return text_pieces(renderer, s) or ([s] if s else [])

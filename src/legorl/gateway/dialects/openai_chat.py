@@ -20,16 +20,27 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import TYPE_CHECKING, Any, AsyncIterator, Literal
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, ValidationError, field_validator
 
 from legorl.errors import InvalidRequestError
-from legorl.gateway.dialects.base import CoreCall, Dialect, GatewayError, Loose, openai_validation_error, split_json_pieces, sse, text_pieces
+from legorl.gateway.completion import legorl_info
+from legorl.gateway.dialects.base import (
+    CoreCall,
+    Dialect,
+    GatewayError,
+    Loose,
+    openai_validation_error,
+    split_json_pieces,
+    sse,
+    text_pieces,
+)
 from legorl.gateway.renderer import normalize_messages, normalize_tools
 
 if TYPE_CHECKING:  # pragma: no cover
-    from legorl.gateway.app import Completion, Gateway
+    from legorl.gateway.completion import Completion
 
 DIALECT = "openai.chat"
 
@@ -95,16 +106,70 @@ class ChatCompletionRequest(Loose):
         return v
 
 
+def check_conversation(messages: list[ChatMessage]) -> None:
+    """Refuse what the Chat Completions API refuses (docs/gateway-validation.md): null or empty-array
+    content of system/user/tool messages, a tool message without ``tool_call_id`` or that answers no
+    call of the assistant message before it, and an assistant message's tool calls left unanswered
+    when another message follows."""
+    open_calls: list[str] = []  # ids of the last assistant message's calls not yet answered
+    answering = False  # inside the run of tool messages after an assistant message with tool_calls
+    for i, m in enumerate(messages):
+        if m.role in ("system", "developer", "user", "tool") and m.content is None:
+            raise GatewayError(
+                400,
+                "Invalid value for 'content': expected a string, got null.",
+                param=f"messages[{i}].content",
+                code="invalid_value",
+            )
+        if isinstance(m.content, list) and not m.content:
+            raise GatewayError(
+                400,
+                f"Invalid 'messages[{i}].content': empty array. Expected an array with minimum "
+                "length 1, but got an empty array instead.",
+                param=f"messages[{i}].content",
+                code="empty_array",
+            )
+        if m.role == "tool":
+            if m.tool_call_id is None:
+                raise GatewayError(
+                    400,
+                    "Missing parameter 'tool_call_id': messages with role 'tool' must have a 'tool_call_id'.",
+                    param=f"messages[{i}].tool_call_id",
+                    code="missing_required_parameter",
+                )
+            if not answering or m.tool_call_id not in open_calls:
+                raise GatewayError(
+                    400,
+                    "Invalid parameter: messages with role 'tool' must be a response to a "
+                    "preceeding message with 'tool_calls'.",
+                    param=f"messages[{i}].role",
+                )
+            open_calls.remove(m.tool_call_id)
+            continue
+        if open_calls:
+            raise GatewayError(
+                400,
+                "An assistant message with 'tool_calls' must be followed by tool messages "
+                "responding to each 'tool_call_id'. The following tool_call_ids did not have "
+                f"response messages: {', '.join(open_calls)}",
+                param=f"messages[{i}].role",
+            )
+        answering = m.role == "assistant" and bool(m.tool_calls)
+        open_calls = [c.id or "" for c in m.tool_calls or []] if answering else []
+
+
 class OpenAIChat(Dialect):
     name = DIALECT
 
-    def parse(self, gw, session, body, request) -> CoreCall:
+    def parse(self, body: dict[str, Any], session_id: str) -> CoreCall:
         try:
             req = ChatCompletionRequest.model_validate(body)
         except ValidationError as exc:
             raise openai_validation_error(exc) from None
         if req.n not in (None, 1):
             raise GatewayError(400, "only n=1 is supported", param="n", code="unsupported_value")
+        if self.strict:
+            check_conversation(req.messages)
         try:
             messages = normalize_messages([m.model_dump(exclude_none=True) for m in req.messages])
             tools = normalize_tools([t.model_dump(exclude_none=True) for t in req.tools] if req.tools else None)
@@ -112,23 +177,37 @@ class OpenAIChat(Dialect):
             raise GatewayError(400, str(exc), param="messages") from None
         stop = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
         return CoreCall(
-            messages=messages, tools=tools, max_tokens=req.max_completion_tokens or req.max_tokens,
-            temperature=req.temperature, top_p=req.top_p, seed=req.seed, stop=stop, stream=bool(req.stream),
+            messages=messages,
+            tools=tools,
+            max_tokens=req.max_completion_tokens or req.max_tokens,
+            temperature=req.temperature,
+            top_p=req.top_p,
+            seed=req.seed,
+            stop=stop,
+            stream=bool(req.stream),
             include_usage=bool(req.stream_options and req.stream_options.include_usage),
             extra={"logprobs": bool(req.logprobs)},
         )
 
-    def make_response(self, gw: "Gateway", call: CoreCall, completion: "Completion") -> dict:
+    def make_response(self, call: CoreCall, completion: Completion) -> dict[str, Any]:
         parsed = completion.parsed
-        message: dict[str, Any] = {"role": "assistant", "content": parsed.content if (parsed.content or not parsed.tool_calls) else None}
+        message: dict[str, Any] = {
+            "role": "assistant",
+            "content": parsed.content if (parsed.content or not parsed.tool_calls) else None,
+        }
         if parsed.tool_calls:
             message["tool_calls"] = [
                 {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments_json()}}
                 for c in parsed.tool_calls
             ]
-        choice: dict[str, Any] = {"index": 0, "message": message, "finish_reason": completion.finish_reason, "logprobs": None}
+        choice: dict[str, Any] = {
+            "index": 0,
+            "message": message,
+            "finish_reason": completion.finish_reason,
+            "logprobs": None,
+        }
         if call.extra.get("logprobs"):
-            dec = gw.renderer.decode
+            dec = self.renderer.decode
             choice["logprobs"] = {
                 "content": [
                     {"token": dec([t]), "logprob": lp, "bytes": list(dec([t]).encode("utf-8")), "top_logprobs": []}
@@ -140,7 +219,7 @@ class OpenAIChat(Dialect):
             "id": "chatcmpl-" + uuid.uuid4().hex,
             "object": "chat.completion",
             "created": int(time.time()),
-            "model": gw.model_name,
+            "model": self.model_name,
             "choices": [choice],
             "usage": {
                 "prompt_tokens": completion.prompt_tokens,
@@ -149,26 +228,48 @@ class OpenAIChat(Dialect):
                 "prompt_tokens_details": {"cached_tokens": completion.cached_prompt_tokens},
             },
             "system_fingerprint": f"legorl-w{turn.weight_version}",
-            "x_legorl": gw.legorl_info(completion),
+            "x_legorl": legorl_info(completion),
         }
 
-    async def stream(self, gw: "Gateway", call: CoreCall, completion: "Completion") -> AsyncIterator[bytes]:
+    async def stream(self, call: CoreCall, completion: Completion) -> AsyncIterator[bytes]:
         resp = completion.turn.response
         msg = resp["choices"][0]["message"]
-        base = {"id": resp["id"], "object": "chat.completion.chunk", "created": resp["created"], "model": resp["model"],
-                "system_fingerprint": resp["system_fingerprint"]}
+        base = {
+            "id": resp["id"],
+            "object": "chat.completion.chunk",
+            "created": resp["created"],
+            "model": resp["model"],
+            "system_fingerprint": resp["system_fingerprint"],
+        }
         usage_null = {"usage": None} if call.include_usage else {}
 
-        def chunk(delta: dict, finish: str | None = None) -> bytes:
-            return sse({**base, "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}], **usage_null})
+        def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+            return sse(
+                {
+                    **base,
+                    "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+                    **usage_null,
+                }
+            )
 
         yield chunk({"role": "assistant", "content": ""})
-        for piece in text_pieces(gw.renderer, msg.get("content") or ""):
+        for piece in text_pieces(self.renderer, msg.get("content") or ""):
             yield chunk({"content": piece})
         for i, tc in enumerate(msg.get("tool_calls") or []):
             fn = tc["function"]
-            yield chunk({"tool_calls": [{"index": i, "id": tc["id"], "type": "function", "function": {"name": fn["name"], "arguments": ""}}]})
-            for piece in split_json_pieces(gw.renderer, fn["arguments"]):
+            yield chunk(
+                {
+                    "tool_calls": [
+                        {
+                            "index": i,
+                            "id": tc["id"],
+                            "type": "function",
+                            "function": {"name": fn["name"], "arguments": ""},
+                        }
+                    ]
+                }
+            )
+            for piece in split_json_pieces(self.renderer, fn["arguments"]):
                 yield chunk({"tool_calls": [{"index": i, "function": {"arguments": piece}}]})
         yield chunk({}, resp["choices"][0]["finish_reason"])
         if call.include_usage:

@@ -30,16 +30,28 @@ import collections
 import threading
 import time
 import uuid
-from typing import TYPE_CHECKING, Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
 
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, field_validator
 
 from legorl.errors import InvalidRequestError
-from legorl.gateway.dialects.base import CoreCall, Dialect, GatewayError, Loose, openai_validation_error, split_json_pieces, sse, text_pieces
-from legorl.gateway.renderer import normalize_tools, tool_call_message
+from legorl.gateway.completion import legorl_info
+from legorl.gateway.dialects.base import (
+    CoreCall,
+    Dialect,
+    GatewayError,
+    Loose,
+    join_content,
+    openai_validation_error,
+    split_json_pieces,
+    sse,
+    text_pieces,
+)
+from legorl.gateway.renderer import Message, Renderer, normalize_tools, tool_call_message
 
 if TYPE_CHECKING:  # pragma: no cover
-    from legorl.gateway.app import Completion, Gateway
+    from legorl.gateway.completion import Completion
 
 DIALECT = "openai.responses"
 KEEP_RESPONSES = 256
@@ -59,32 +71,75 @@ class ResponsesRequest(Loose):
     seed: int | None = None  # not OpenAI's; handy for tests
     metadata: dict[str, Any] | None = None
 
+    @field_validator("metadata")
+    @classmethod
+    def _metadata(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        """OpenAI's rule (the response echoes it, and the SDK's type holds it to it): at most 16
+        string-to-string pairs, keys up to 64 characters, values up to 512."""
+        if v is None:
+            return v
+        if len(v) > 16:
+            raise ValueError(f"too many properties: expected an object with at most 16 properties, but got {len(v)}")
+        for k, val in v.items():
+            if len(k) > 64:
+                raise ValueError(f"key {k[:20]!r}... is longer than 64 characters")
+            if not isinstance(val, str):
+                raise ValueError(f"metadata.{k}: expected a string, but got {type(val).__name__}")
+            if len(val) > 512:
+                raise ValueError(f"metadata.{k}: string longer than 512 characters")
+        return v
+
 
 def _parts_text(content: Any, where: str) -> str:
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        raise GatewayError(400, f"Invalid value for '{where}': expected a string or a list of content parts.", param=where)
-    out = []
-    for i, p in enumerate(content):
+    def part(i: int, p: Any) -> str | None:
         if isinstance(p, str):
-            out.append(p)
-        elif isinstance(p, dict) and p.get("type") in ("input_text", "output_text", "text", "refusal"):
-            out.append(str(p.get("text", p.get("refusal", ""))))
-        elif isinstance(p, dict) and p.get("type") in ("input_image", "input_file"):
-            out.append(f"[{p['type'][6:]} omitted]")
-        else:
-            kind = p.get("type") if isinstance(p, dict) else type(p).__name__
-            raise GatewayError(400, f"Invalid value for '{where}[{i}].type': {kind!r} is not supported.", param=f"{where}[{i}].type")
-    return "".join(out)
+            return p
+        if isinstance(p, dict) and p.get("type") in ("input_text", "output_text", "text", "refusal"):
+            return str(p.get("text", p.get("refusal", "")))
+        if isinstance(p, dict) and p.get("type") in ("input_image", "input_file"):
+            return f"[{p['type'][6:]} omitted]"
+        kind = p.get("type") if isinstance(p, dict) else type(p).__name__
+        raise GatewayError(
+            400, f"Invalid value for '{where}[{i}].type': {kind!r} is not supported.", param=f"{where}[{i}].type"
+        )
+
+    return join_content(
+        content,
+        part,
+        sep="",
+        not_a_list=GatewayError(
+            400, f"Invalid value for '{where}': expected a string or a list of content parts.", param=where
+        ),
+    )
 
 
-def items_to_messages(items: str | list[dict[str, Any]]) -> list[dict]:
+def _missing(where: str, field: str) -> GatewayError:
+    return GatewayError(
+        400,
+        f"Missing required parameter: '{where}.{field}'.",
+        param=f"{where}.{field}",
+        code="missing_required_parameter",
+    )
+
+
+def open_calls_of(history: list[Message]) -> list[str]:
+    """Call ids of the tool calls in ``history`` that no tool message answers (in order)."""
+    calls = [c["id"] for m in history for c in m.get("tool_calls") or ()]
+    answered = {m.get("tool_call_id") for m in history if m["role"] == "tool"}
+    return [c for c in calls if c not in answered]
+
+
+def items_to_messages(
+    items: str | list[dict[str, Any]], *, strict: bool = True, open_calls: list[str] | None = None
+) -> list[Message]:
+    """Input items -> normalised messages. ``strict``: refuse a ``function_call_output`` whose call is
+    not among the calls before it (``open_calls``: unanswered calls of the previous response) and a
+    message that follows a ``function_call`` still without its output, as the real API does."""
     if isinstance(items, str):
         return [{"role": "user", "content": items}]
-    out: list[dict] = []
+    pending = list(open_calls or [])
+    known = set(pending)
+    out: list[Message] = []
     for i, it in enumerate(items):
         where = f"input[{i}]"
         kind = it.get("type") or ("message" if "role" in it else None)
@@ -94,24 +149,39 @@ def items_to_messages(items: str | list[dict[str, Any]]) -> list[dict]:
                 role = "system"
             if role not in ("system", "user", "assistant"):
                 raise GatewayError(400, f"Invalid value for '{where}.role': {role!r}.", param=f"{where}.role")
+            if strict and pending:
+                raise GatewayError(400, f"No tool output found for function call {pending[0]}.", param="input")
             out.append({"role": role, "content": _parts_text(it.get("content"), f"{where}.content")})
         elif kind == "function_call":
             for f in ("name", "call_id"):
                 if not isinstance(it.get(f), str):
-                    raise GatewayError(400, f"Missing required parameter: '{where}.{f}'.", param=f"{where}.{f}", code="missing_required_parameter")
+                    raise _missing(where, f)
             call = tool_call_message(it["call_id"], it["name"], it.get("arguments"))
+            pending.append(it["call_id"])
+            known.add(it["call_id"])
             if out and out[-1]["role"] == "assistant":
                 out[-1].setdefault("tool_calls", []).append(call)
             else:
                 out.append({"role": "assistant", "content": "", "tool_calls": [call]})
         elif kind == "function_call_output":
-            if not isinstance(it.get("call_id"), str):
-                raise GatewayError(400, f"Missing required parameter: '{where}.call_id'.", param=f"{where}.call_id", code="missing_required_parameter")
-            out.append({"role": "tool", "tool_call_id": it["call_id"], "content": _parts_text(it.get("output"), f"{where}.output")})
+            call_id = it.get("call_id")
+            if not isinstance(call_id, str):
+                raise _missing(where, "call_id")
+            if strict and call_id not in known:
+                raise GatewayError(
+                    400, f"No tool call found for function call output with call_id {call_id}.", param="input"
+                )
+            if call_id in pending:
+                pending.remove(call_id)
+            out.append(
+                {"role": "tool", "tool_call_id": call_id, "content": _parts_text(it.get("output"), f"{where}.output")}
+            )
         elif kind == "reasoning":
             continue
         else:
-            raise GatewayError(400, f"Invalid value for '{where}.type': {kind!r} is not supported.", param=f"{where}.type")
+            raise GatewayError(
+                400, f"Invalid value for '{where}.type': {kind!r} is not supported.", param=f"{where}.type"
+            )
     return out
 
 
@@ -119,36 +189,42 @@ class OpenAIResponses(Dialect):
     name = DIALECT
     context_param = "input"
 
-    def __init__(self) -> None:
-        self._convs: dict[str, collections.OrderedDict[str, list[dict]]] = {}
+    def __init__(self, renderer: Renderer, model_name: str, *, strict: bool = True) -> None:
+        super().__init__(renderer, model_name, strict=strict)
+        self._convs: dict[str, collections.OrderedDict[str, list[Message]]] = {}
         self._lock = threading.Lock()
 
     # conversations kept for previous_response_id
-    def _get(self, session_id: str, rid: str) -> list[dict] | None:
+    def _get(self, session_id: str, rid: str) -> list[Message] | None:
         with self._lock:
-            conv = self._convs.get(session_id, {}).get(rid)
+            kept = self._convs.get(session_id)
+            conv = kept.get(rid) if kept is not None else None
             return list(conv) if conv is not None else None
 
-    def _put(self, session_id: str, rid: str, messages: list[dict]) -> None:
+    def _put(self, session_id: str, rid: str, messages: list[Message]) -> None:
         with self._lock:
             d = self._convs.setdefault(session_id, collections.OrderedDict())
             d[rid] = messages
             while len(d) > KEEP_RESPONSES:
                 d.popitem(last=False)
 
-    def parse(self, gw, session, body, request) -> CoreCall:
+    def parse(self, body: dict[str, Any], session_id: str) -> CoreCall:
         try:
             req = ResponsesRequest.model_validate(body)
         except ValidationError as exc:
             raise openai_validation_error(exc) from None
-        history: list[dict] = []
+        history: list[Message] = []
         if req.previous_response_id:
-            prev = self._get(session.session_id, req.previous_response_id)
+            prev = self._get(session_id, req.previous_response_id)
             if prev is None:
-                raise GatewayError(400, f"Previous response with id '{req.previous_response_id}' not found.",
-                                   param="previous_response_id", code="previous_response_not_found")
+                raise GatewayError(
+                    400,
+                    f"Previous response with id '{req.previous_response_id}' not found.",
+                    param="previous_response_id",
+                    code="previous_response_not_found",
+                )
             history = prev
-        conv = history + items_to_messages(req.input)
+        conv = history + items_to_messages(req.input, strict=self.strict, open_calls=open_calls_of(history))
         messages = ([{"role": "system", "content": req.instructions}] if req.instructions else []) + conv
         if not messages:
             raise GatewayError(400, "Invalid value for 'input': no messages.", param="input")
@@ -158,21 +234,41 @@ class OpenAIResponses(Dialect):
         except InvalidRequestError as exc:
             raise GatewayError(400, str(exc), param="tools") from None
         return CoreCall(
-            messages=messages, tools=tools, max_tokens=req.max_output_tokens, temperature=req.temperature,
-            top_p=req.top_p, seed=req.seed, stream=bool(req.stream),
-            extra={"session_id": session.session_id, "conversation": conv, "request": req},
+            messages=messages,
+            tools=tools,
+            max_tokens=req.max_output_tokens,
+            temperature=req.temperature,
+            top_p=req.top_p,
+            seed=req.seed,
+            stream=bool(req.stream),
+            extra={"session_id": session_id, "conversation": conv, "request": req},
         )
 
-    def make_response(self, gw: "Gateway", call: CoreCall, completion: "Completion") -> dict:
+    def make_response(self, call: CoreCall, completion: Completion) -> dict[str, Any]:
         req: ResponsesRequest = call.extra["request"]
         parsed = completion.parsed
-        output: list[dict] = []
+        output: list[dict[str, Any]] = []
         if parsed.content or not parsed.tool_calls:
-            output.append({"type": "message", "id": "msg_" + uuid.uuid4().hex, "status": "completed", "role": "assistant",
-                           "content": [{"type": "output_text", "text": parsed.content, "annotations": [], "logprobs": []}]})
+            output.append(
+                {
+                    "type": "message",
+                    "id": "msg_" + uuid.uuid4().hex,
+                    "status": "completed",
+                    "role": "assistant",
+                    "content": [{"type": "output_text", "text": parsed.content, "annotations": [], "logprobs": []}],
+                }
+            )
         for c in parsed.tool_calls:
-            output.append({"type": "function_call", "id": "fc_" + uuid.uuid4().hex, "call_id": c.id, "name": c.name,
-                           "arguments": c.arguments_json(), "status": "completed"})
+            output.append(
+                {
+                    "type": "function_call",
+                    "id": "fc_" + uuid.uuid4().hex,
+                    "call_id": c.id,
+                    "name": c.name,
+                    "arguments": c.arguments_json(),
+                    "status": "completed",
+                }
+            )
         incomplete = completion.finish_reason == "length"
         n_out = len(completion.output_token_ids)
         rid = "resp_" + uuid.uuid4().hex
@@ -185,7 +281,7 @@ class OpenAIResponses(Dialect):
             "incomplete_details": {"reason": "max_output_tokens"} if incomplete else None,
             "instructions": req.instructions,
             "max_output_tokens": req.max_output_tokens,
-            "model": gw.model_name,
+            "model": self.model_name,
             "output": output,
             "parallel_tool_calls": True,
             "previous_response_id": req.previous_response_id,
@@ -199,19 +295,20 @@ class OpenAIResponses(Dialect):
             "truncation": "disabled",
             "usage": {
                 "input_tokens": completion.prompt_tokens,
-                "input_tokens_details": {"cached_tokens": completion.cached_prompt_tokens},
+                # the SDK (openai 3.x) requires cache_write_tokens; the gateway writes no prompt cache it bills
+                "input_tokens_details": {"cached_tokens": completion.cached_prompt_tokens, "cache_write_tokens": 0},
                 "output_tokens": n_out,
                 "output_tokens_details": {"reasoning_tokens": 0},
                 "total_tokens": completion.prompt_tokens + n_out,
             },
             "metadata": req.metadata or {},
-            "x_legorl": gw.legorl_info(completion),
+            "x_legorl": legorl_info(completion),
         }
         assistant = parsed.message()
         self._put(call.extra["session_id"], rid, list(call.extra["conversation"]) + [assistant])
         return resp
 
-    async def stream(self, gw: "Gateway", call: CoreCall, completion: "Completion") -> AsyncIterator[bytes]:
+    async def stream(self, call: CoreCall, completion: Completion) -> AsyncIterator[bytes]:
         resp = completion.turn.response
         seq = 0
 
@@ -227,17 +324,51 @@ class OpenAIResponses(Dialect):
         for oi, item in enumerate(resp["output"]):
             if item["type"] == "message":
                 text = item["content"][0]["text"]
-                yield ev("response.output_item.added", output_index=oi, item={**item, "status": "in_progress", "content": []})
+                yield ev(
+                    "response.output_item.added", output_index=oi, item={**item, "status": "in_progress", "content": []}
+                )
                 part0 = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
-                yield ev("response.content_part.added", item_id=item["id"], output_index=oi, content_index=0, part=part0)
-                for piece in text_pieces(gw.renderer, text):
-                    yield ev("response.output_text.delta", item_id=item["id"], output_index=oi, content_index=0, delta=piece, logprobs=[])
-                yield ev("response.output_text.done", item_id=item["id"], output_index=oi, content_index=0, text=text, logprobs=[])
-                yield ev("response.content_part.done", item_id=item["id"], output_index=oi, content_index=0, part=item["content"][0])
+                yield ev(
+                    "response.content_part.added", item_id=item["id"], output_index=oi, content_index=0, part=part0
+                )
+                for piece in text_pieces(self.renderer, text):
+                    yield ev(
+                        "response.output_text.delta",
+                        item_id=item["id"],
+                        output_index=oi,
+                        content_index=0,
+                        delta=piece,
+                        logprobs=[],
+                    )
+                yield ev(
+                    "response.output_text.done",
+                    item_id=item["id"],
+                    output_index=oi,
+                    content_index=0,
+                    text=text,
+                    logprobs=[],
+                )
+                yield ev(
+                    "response.content_part.done",
+                    item_id=item["id"],
+                    output_index=oi,
+                    content_index=0,
+                    part=item["content"][0],
+                )
             else:
-                yield ev("response.output_item.added", output_index=oi, item={**item, "status": "in_progress", "arguments": ""})
-                for piece in split_json_pieces(gw.renderer, item["arguments"]):
+                yield ev(
+                    "response.output_item.added",
+                    output_index=oi,
+                    item={**item, "status": "in_progress", "arguments": ""},
+                )
+                for piece in split_json_pieces(self.renderer, item["arguments"]):
                     yield ev("response.function_call_arguments.delta", item_id=item["id"], output_index=oi, delta=piece)
-                yield ev("response.function_call_arguments.done", item_id=item["id"], output_index=oi, name=item["name"], arguments=item["arguments"])
+                yield ev(
+                    "response.function_call_arguments.done",
+                    item_id=item["id"],
+                    output_index=oi,
+                    name=item["name"],
+                    arguments=item["arguments"],
+                )
             yield ev("response.output_item.done", output_index=oi, item=item)
         yield ev("response.incomplete" if resp["status"] == "incomplete" else "response.completed", response=resp)

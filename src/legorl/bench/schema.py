@@ -1,0 +1,85 @@
+"""The documented top-level keys of each ``legorl bench ...`` JSON result (a light module: the CLI builds
+each command's ``--help`` from it; ``docs/cli.md`` lists the same keys and ``tests/test_cli_json.py``
+checks that every bench prints them). Nested values are described in each bench module's docstring."""
+
+from __future__ import annotations
+
+RESULT_KEYS: dict[str, tuple[str, ...]] = {
+    # legorl.bench.engine.run_engine_bench (plus "gen_tokens_per_s_<concurrency>", the same figure as
+    # gen_tokens_per_s_concurrent under a name that says the concurrency)
+    "engine": (
+        "model",
+        "device",
+        "dtype",
+        "torch_threads",
+        "platform",
+        "max_tokens",
+        "prompt_tokens",
+        "concurrency",
+        "repeats",
+        "load_s",
+        "gen_tokens_per_s_1",
+        "gen_tokens_per_s_concurrent",
+        "batching_speedup",
+        "prefill_tokens",
+        "prefill_tokens_per_s",
+        "recompute_tokens_per_s",
+        "peak_rss_mb",
+    ),
+    # legorl.bench.gateway.run_gateway_bench
+    "gateway": ("setup", "engine_in_process_us", "nonstream", "throughput", "stream", "store_append_turn_ms"),
+    # legorl.bench.sandbox.run_sandbox_bench: one object per backend ("bwrap", "podman"), each with these
+    # keys, or {"skipped": why} when the backend is not installed
+    "sandbox": ("runs", "hit_latency_ms", "phase_p50_ms", "cold_instance_build_s", "throughput", "cache", "cpus"),
+    # legorl.bench.grader.run_grader_bench
+    "grader": (
+        "suite",
+        "workers",
+        "rollouts",
+        "wall_s",
+        "rollouts_per_min",
+        "grade_s",
+        "stages",
+        "resolved",
+        "status",
+        "blocking_flags",
+        "behaviour",
+    ),
+    # legorl.observe.bench.run_ui_bench (``legorl bench ui``)
+    "ui": ("rollouts", "list_p50_ms", "list_p99_ms", "trajectory_p50_ms", "trajectory_p99_ms", "tokens_per_trajectory"),
+    # legorl.bench.trainer.run_trainer_bench
+    "trainer": (
+        "model",
+        "samples",
+        "tokens",
+        "sampled_tokens_per_sample",
+        "steps",
+        "ours_s",
+        "ours_steps_s",
+        "threads",
+        "trainer",
+        "last_step",
+        "peak_rss_mb",
+    ),
+    # legorl.bench.rollout.run_rollout_bench
+    "rollout": (
+        "harness",
+        "task",
+        "sandbox",
+        "install",
+        "layer_bytes",
+        "cold_layer_build_s",
+        "warm_layer_lookup_s",
+        "cold_start_s",
+        "warm_start_s",
+        "rollouts",
+    ),
+}
+
+
+def keys_help(bench: str) -> str:
+    """The ``--json`` help of ``legorl bench <bench>``: what the JSON holds."""
+    keys = ", ".join(RESULT_KEYS[bench])
+    if bench == "sandbox":
+        return f'Print JSON (default): {{"<backend>": {{{keys}}} or {{"skipped"}}}}. --no-json: one line per backend.'
+    return f"Print JSON (default) with the keys {keys}. --no-json: the same figures as 'key: value' lines."

@@ -1,0 +1,100 @@
+"""Ready-to-paste environment lines for clients of a running gateway (``legorl gateway`` prints them).
+
+For the OpenAI and Anthropic SDKs and for every harness of the registry
+(:data:`legorl.harnesses.registry.HARNESS_NAMES`): where the harness adapter knows its own settings
+(Claude Code's and OpenCode's quiet environment, OpenCode's provider config) they come from the
+adapter, so the printed lines and a rollout's sandbox agree. Lines are ``export NAME=value`` with
+shell quoting; a harness configured on its command line gets a comment with the options.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass, field
+
+# Settings a sandbox needs that would break the user's own shell (npm pointed at a dead registry).
+SANDBOX_ONLY = frozenset({"npm_config_registry"})
+
+
+@dataclass(frozen=True)
+class ClientEnv:
+    """How one client reaches the gateway: environment variables plus an optional usage note."""
+
+    client: str
+    env: dict[str, str]
+    note: str = ""
+    extra: list[str] = field(default_factory=list)  # more comment lines (command-line options)
+
+
+def client_envs(root_url: str, api_key: str, model: str) -> list[ClientEnv]:
+    """Every client's settings for a gateway at ``root_url`` (``http://127.0.0.1:PORT``, no ``/v1``)."""
+    from legorl.harnesses.base import Budget
+    from legorl.harnesses.claude_code import QUIET_ENV as CLAUDE_QUIET
+    from legorl.harnesses.opencode import QUIET_ENV as OPENCODE_QUIET
+    from legorl.harnesses.opencode import OpenCodeHarness
+    from legorl.harnesses.registry import HARNESS_NAMES
+
+    root = root_url.rstrip("/").removesuffix("/v1")
+    v1 = root + "/v1"
+    openai_env = {"OPENAI_BASE_URL": v1, "OPENAI_API_KEY": api_key}
+    litellm_note = f"model name openai/{model} (LiteLLM's OpenAI provider)"
+    budget = Budget()
+    harness: dict[str, ClientEnv] = {
+        "minimal": ClientEnv("minimal", openai_env, "python -m legorl.harnesses.minimal_agent --issue-file FILE"),
+        "command": ClientEnv("command", openai_env, "any program reading $OPENAI_BASE_URL / $OPENAI_API_KEY"),
+        "mini-swe-agent": ClientEnv(
+            "mini-swe-agent",
+            {
+                "OPENAI_API_KEY": api_key,
+                "MSWEA_CONFIGURED": "true",
+                "MSWEA_COST_TRACKING": "ignore_errors",
+                "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+            },
+            litellm_note,
+            [f"mini --model openai/{model} -c mini.yaml -c model.model_kwargs.api_base={v1}"],
+        ),
+        "openhands": ClientEnv(
+            "openhands",
+            {"OPENAI_API_KEY": api_key, "LITELLM_LOCAL_MODEL_COST_MAP": "True"},
+            litellm_note,
+            [f'LLM(model="openai/{model}", base_url="{v1}", api_key=os.environ["OPENAI_API_KEY"])'],
+        ),
+        "claude-code": ClientEnv(
+            "claude-code",
+            {
+                **CLAUDE_QUIET,
+                "ANTHROPIC_BASE_URL": root,
+                "ANTHROPIC_AUTH_TOKEN": api_key,
+                "ANTHROPIC_MODEL": model,
+                "ANTHROPIC_SMALL_FAST_MODEL": model,
+            },
+            "Anthropic Messages; claude -p TASK",
+        ),
+    }
+    for name in ("opencode", "opencode-responses"):
+        config = OpenCodeHarness(name).config(v1, api_key, budget)
+        quiet = {k: v for k, v in OPENCODE_QUIET.items() if k not in SANDBOX_ONLY}
+        harness[name] = ClientEnv(
+            name,
+            {**quiet, "OPENCODE_CONFIG_CONTENT": json.dumps(config)},
+            "Responses API" if name.endswith("responses") else "Chat Completions",
+        )
+    missing = [n for n in HARNESS_NAMES if n not in harness]
+    if missing:  # a harness added to the registry must say how it is pointed at a gateway
+        raise KeyError(f"no client environment for harness(es) {', '.join(missing)}")
+    return [
+        ClientEnv("OpenAI SDK", openai_env, "Chat Completions and Responses"),
+        ClientEnv("Anthropic SDK", {"ANTHROPIC_BASE_URL": root, "ANTHROPIC_API_KEY": api_key}, "Messages"),
+        *(harness[n] for n in HARNESS_NAMES),
+    ]
+
+
+def format_client_envs(envs: list[ClientEnv]) -> str:
+    """Shell lines: a comment per client, then ``export NAME=value`` lines."""
+    lines: list[str] = []
+    for e in envs:
+        lines.append(f"# {e.client}" + (f" — {e.note}" if e.note else ""))
+        lines += [f"#   {x}" for x in e.extra]
+        lines += [f"export {k}={shlex.quote(v)}" for k, v in e.env.items()]
+    return "\n".join(lines)

@@ -1,0 +1,115 @@
+"""``legorl eval``: N graded rollouts per task of any harness, engine and suite, then pass@k.
+
+The rollouts run exactly as in training (:mod:`legorl.loop.stack`, :func:`run_rollout`: the
+config's harness, budget, sandbox and grading), at most ``concurrency`` at a time, and are stored
+in ``cfg.run_dir`` (turns and rollouts, as a training run's). Engines: ``embedded`` (the config's
+model, or ``checkpoint``: a training checkpoint exported to a Hugging Face directory first) and
+``scripted-gold`` / ``scripted-wrong`` (one ScriptedEngine per task, see :mod:`legorl.loop.single`).
+Statistics: :mod:`legorl.loop.eval_stats`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from legorl.config import RunConfig
+from legorl.loop.eval_stats import EvalReport, Outcome, build_report
+from legorl.loop.rollout import RolloutContext, run_rollout
+from legorl.loop.stack import build_harness, open_gateway_stack, rollout_context, sandbox_backend
+from legorl.tasks.loader import load_suite
+from legorl.trajectory.records import Rollout
+
+ENGINES = ("embedded", "scripted-gold", "scripted-wrong")
+
+
+def _select(tasks: list[Any], task_ids: list[str]) -> list[Any]:
+    from legorl.loop.train import select_tasks
+
+    return select_tasks(tasks, task_ids)
+
+
+async def _run_all(
+    ctx: RolloutContext,
+    tasks: Sequence[Any],
+    samples: int,
+    sem: asyncio.Semaphore,
+    store: Any,
+    on_rollout: Callable[[Rollout], None] | None,
+) -> list[Rollout]:
+    async def one(task: Any, g: int) -> Rollout:
+        async with sem:
+            r = await run_rollout(ctx, task, 0, g)
+        if store is not None:
+            store.append_rollout(r)
+        if on_rollout is not None:
+            on_rollout(r)
+        return r
+
+    return list(await asyncio.gather(*[one(t, g) for t in tasks for g in range(samples)]))
+
+
+async def evaluate(
+    cfg: RunConfig,
+    *,
+    samples: int = 4,
+    ks: Sequence[int] = (1,),
+    engine: str = "embedded",
+    checkpoint: Path | None = None,
+    concurrency: int = 8,
+    on_rollout: Callable[[Rollout], None] | None = None,
+) -> EvalReport:
+    if engine not in ENGINES:
+        raise ValueError(f"unknown engine {engine!r}; known: {', '.join(ENGINES)}")
+    if checkpoint is not None and engine != "embedded":
+        raise ValueError("--checkpoint evaluates trained weights: use the embedded engine")
+    run_dir = Path(cfg.run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    tasks = _select(load_suite(cfg.suite), cfg.task_ids)
+    harness = build_harness(cfg.rollout)
+    backend = sandbox_backend(cfg.sandbox)
+    sem = asyncio.Semaphore(max(1, concurrency))
+    rollouts: list[Rollout] = []
+    meta: dict[str, Any] = {
+        "suite": cfg.suite,
+        "harness": cfg.rollout.harness,
+        "engine": engine,
+        "model": cfg.engine.model,
+        "samples_per_task": samples,
+        "run_dir": str(run_dir),
+    }
+    with tempfile.TemporaryDirectory(prefix="legorl-eval-") as tmp:
+        engine_cfg = cfg.engine
+        if checkpoint is not None:
+            from legorl.training.checkpoint import export_hf, latest_checkpoint
+
+            ckpt = latest_checkpoint(checkpoint) if (checkpoint / "checkpoints").is_dir() else checkpoint
+            if ckpt is None:
+                raise ValueError(f"{checkpoint}: no complete checkpoint")
+            exported = await asyncio.to_thread(export_hf, ckpt, Path(tmp) / "model")
+            engine_cfg = cfg.engine.model_copy(update={"model": str(exported)})
+            meta["checkpoint"] = str(ckpt)
+        if engine == "embedded":
+            async with open_gateway_stack(engine_cfg, rollout=cfg.rollout, run_dir=run_dir) as stack:
+                ctx = rollout_context(cfg, stack, backend, harness)
+                rollouts = await _run_all(ctx, tasks, samples, sem, stack.store, on_rollout)
+        else:
+            from legorl.engines.scripted import ScriptedEngine
+            from legorl.gateway.renderer import load_smollm2_gguf_tokenizer
+            from legorl.harnesses.scripted import gold_policy
+
+            tok = load_smollm2_gguf_tokenizer()
+            for task in tasks:  # a scripted policy knows one task's fix
+                scripted = ScriptedEngine(
+                    tok, gold_policy(harness, task, wrong=engine == "scripted-wrong"), max_context=262144
+                )
+                async with open_gateway_stack(
+                    engine_cfg, rollout=cfg.rollout, run_dir=run_dir, engine_instance=scripted, tokenizer=tok
+                ) as stack:
+                    ctx = rollout_context(cfg, stack, backend, harness)
+                    rollouts += await _run_all(ctx, [task], samples, sem, stack.store, on_rollout)
+    outcomes = [Outcome(r.task_id, r.status, r.reward) for r in rollouts]
+    return build_report(outcomes, ks, seed=cfg.seed, meta=meta)

@@ -1,0 +1,102 @@
+"""Git as LEGO-RL runs it: one fixed configuration, on the host and inside sandboxes.
+
+Every git LEGO-RL starts (building an instance layer, diffing a workspace, applying a patch in the
+grader, checking a sandbox's history, authoring a task) runs as :func:`git_argv` builds it, with
+:data:`GIT_CONFIG` on its command line, and, on the host, in :func:`host_git_env`:
+
+* no hooks (``core.hooksPath=/dev/null``) and no fsmonitor: git never starts a program of the
+  repository's choosing (an agent controls the ``.git/config`` of its workspace, and a task source
+  may come from anywhere);
+* no system or global configuration (``GIT_CONFIG_NOSYSTEM``, ``GIT_CONFIG_GLOBAL=/dev/null``, and
+  ``HOME`` is the repository on the host): a user's settings cannot change what a diff or a commit is;
+* a fixed identity, no signing and fixed dates: an instance layer's commit depends on its content only;
+* no line-ending conversion, no automatic gc, ``main`` as the first branch, and any owner accepted
+  (``safe.directory=*``: a sandbox's files belong to another uid than the one running git);
+* on the host, no repository discovery above the directory git runs in (``GIT_CEILING_DIRECTORIES``):
+  a tree without ``.git`` is never taken for part of a checkout around it.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from collections.abc import Mapping
+from pathlib import Path
+from types import MappingProxyType
+from typing import TYPE_CHECKING
+
+from legorl.errors import SandboxError
+
+if TYPE_CHECKING:  # legorl.sandbox.base uses workspace_diff
+    from legorl.sandbox.base import Sandbox
+
+GIT_CONFIG: tuple[str, ...] = (
+    "-c",
+    "core.hooksPath=/dev/null",
+    "-c",
+    "core.fsmonitor=false",
+    "-c",
+    "user.name=legorl",
+    "-c",
+    "user.email=legorl@localhost",
+    "-c",
+    "commit.gpgsign=false",
+    "-c",
+    "safe.directory=*",
+    "-c",
+    "core.autocrlf=false",
+    "-c",
+    "init.defaultBranch=main",
+    "-c",
+    "gc.auto=0",
+)
+GIT_ENV: Mapping[str, str] = MappingProxyType(
+    {
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_CONFIG_GLOBAL": "/dev/null",
+        "GIT_TERMINAL_PROMPT": "0",
+        "GIT_AUTHOR_DATE": "2000-01-01T00:00:00Z",
+        "GIT_COMMITTER_DATE": "2000-01-01T00:00:00Z",
+    }
+)
+# Largest workspace diff read back from a sandbox; a larger one is an error, never a cut patch.
+DIFF_LIMIT = 64 * 1024 * 1024
+
+
+def git_argv(*args: str) -> list[str]:
+    """``git`` with :data:`GIT_CONFIG` and then ``args``."""
+    return ["git", *GIT_CONFIG, *args]
+
+
+def host_git_env(cwd: Path | str) -> dict[str, str]:
+    """The whole environment of a git run on the host in ``cwd``: the caller's ``PATH``, ``HOME`` set
+    to ``cwd`` and :data:`GIT_ENV`; git looks for a repository in ``cwd`` only."""
+    cwd = Path(cwd)
+    return {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(cwd),
+        "GIT_CEILING_DIRECTORIES": str(cwd.parent),
+        **GIT_ENV,
+    }
+
+
+def workspace_diff(sandbox: Sandbox, base_commit: str) -> str:
+    """``git add -A`` + ``git diff --cached --binary <base_commit>`` of the sandbox's workspace, run
+    *inside* the sandbox, so git never reads an agent-controlled ``.git/config`` on the host.
+    :class:`SandboxError` when git fails or the diff exceeds :data:`DIFF_LIMIT`."""
+    git = shlex.join(git_argv())
+    script = (
+        f"{git} add -A >/dev/null && {git} diff --cached --binary --no-ext-diff --no-textconv --no-color "
+        f"{shlex.quote(base_commit)} --"
+    )
+    res = sandbox.exec(script, timeout=300, env=GIT_ENV, max_output_bytes=DIFF_LIMIT)
+    if res.timed_out or res.exit_code != 0:
+        raise SandboxError(
+            f"git diff failed in sandbox {sandbox.name} (exit {res.exit_code}): {res.stderr.strip()[-2000:]}"
+        )
+    if res.truncated:
+        raise SandboxError(f"diff of sandbox {sandbox.name} exceeds {DIFF_LIMIT} bytes")
+    return res.stdout
+
+
+__all__ = ["DIFF_LIMIT", "GIT_CONFIG", "GIT_ENV", "git_argv", "host_git_env", "workspace_diff"]

@@ -1,0 +1,224 @@
+"""Training checkpoints: written atomically with torch.distributed.checkpoint, resumed exactly.
+
+On disk (``<run_dir>/checkpoints/``)::
+
+    step-000003/          one checkpoint: the state after training step 3
+      __0_0.distcp        model + optimizer state (torch.distributed.checkpoint; reshardable)
+      .metadata
+      meta.json           step, trainer counters (weight version, schedule index), the loop's
+                          state (data cursor, task-order RNG), torch/python RNG states, base model,
+                          the step's metrics
+    latest                the name of the newest complete checkpoint
+
+Atomicity: a checkpoint is written into a hidden temporary directory, ``meta.json`` last, each
+file fsynced, then renamed into place; ``latest`` is replaced by rename after that. A SIGKILL at
+any point leaves either the previous checkpoint as ``latest`` or the new one complete — never a
+half-written one under a ``step-*`` name (:func:`latest_checkpoint` also ignores any directory
+without ``meta.json``). torch.distributed.checkpoint works in a single process without
+``init_process_group`` (it then assumes one rank).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import random
+import shutil
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from legorl.training.trainer import Trainer
+
+__all__ = [
+    "CHECKPOINTS",
+    "export_hf",
+    "keep_metrics_until",
+    "latest_checkpoint",
+    "load_checkpoint",
+    "prune_checkpoints",
+    "save_checkpoint",
+    "tuple_state",
+]
+
+CHECKPOINTS = "checkpoints"
+_LATEST = "latest"
+_META = "meta.json"
+
+
+@contextmanager
+def _single_process() -> Iterator[None]:
+    """DCP warns on every call that it assumes one process: that is the intended use here."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        yield
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "w") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+def rng_state() -> dict[str, Any]:
+    """torch's and Python's global RNG states, JSON-able."""
+    return {
+        "torch": base64.b64encode(torch.get_rng_state().numpy().tobytes()).decode(),
+        "python": _jsonable(random.getstate()),
+    }
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    raw = base64.b64decode(state["torch"])
+    torch.set_rng_state(torch.frombuffer(bytearray(raw), dtype=torch.uint8).clone())
+    random.setstate(tuple_state(state["python"]))
+
+
+def _jsonable(x: Any) -> Any:
+    return [_jsonable(v) for v in x] if isinstance(x, (tuple, list)) else x
+
+
+def tuple_state(x: Any) -> Any:
+    """A ``random.Random`` state read back from JSON (lists) as the tuples ``setstate`` wants."""
+    return tuple(tuple_state(v) for v in x) if isinstance(x, list) else x
+
+
+def prune_checkpoints(run_dir: str | Path, keep: int) -> None:
+    """Remove all but the ``keep`` newest complete checkpoints (never the one ``latest`` names)."""
+    root = Path(run_dir) / CHECKPOINTS
+    latest = latest_checkpoint(run_dir)
+    done = sorted(d for d in root.glob("step-*") if (d / _META).is_file())
+    for d in done[: max(0, len(done) - keep)]:
+        if d != latest:
+            shutil.rmtree(d, ignore_errors=True)
+
+
+def keep_metrics_until(run_dir: str | Path, step: int) -> None:
+    """Drop ``metrics.jsonl`` rows of steps after ``step`` (logged by a run killed before its next
+    checkpoint: the resumed run logs those steps again), atomically."""
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.is_file():
+        return
+    rows = [line for line in path.read_text().splitlines() if line.strip()]
+    kept = [line for line in rows if int(json.loads(line).get("step", -1)) <= step]
+    if len(kept) != len(rows):
+        _write_atomic(path, "".join(line + "\n" for line in kept))
+
+
+def save_checkpoint(
+    run_dir: str | Path,
+    step: int,
+    trainer: Trainer,
+    loop_state: dict[str, Any],
+    metrics: dict[str, Any] | None = None,
+    base_model: str | None = None,
+) -> Path:
+    """Write the state after training step ``step``; returns the checkpoint directory."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    root = Path(run_dir) / CHECKPOINTS
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"step-{step:06d}"
+    tmp = root / f".tmp-step-{step:06d}-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    model_sd, optim_sd = get_state_dict(trainer.model, trainer.optimizer)
+    with _single_process():
+        dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(tmp))
+    for f in tmp.iterdir():
+        with open(f, "rb") as fh:
+            os.fsync(fh.fileno())
+    meta = {
+        "step": step,
+        "trainer": {"version": trainer.version, "step_index": trainer.step_index},
+        "loop": loop_state,
+        "rng": rng_state(),
+        "base_model": base_model,
+        "metrics": {k: v for k, v in (metrics or {}).items() if isinstance(v, (int, float, str, bool, type(None)))},
+    }
+    _write_atomic(tmp / _META, json.dumps(meta, indent=1))
+    if final.exists():  # a rerun of the same step after a resume: the new one replaces it
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    _fsync_dir(root)
+    _write_atomic(root / _LATEST, final.name)
+    return final
+
+
+def latest_checkpoint(run_dir: str | Path) -> Path | None:
+    """The newest complete checkpoint of a run (None: none yet)."""
+    root = Path(run_dir) / CHECKPOINTS
+    pointer = root / _LATEST
+    if pointer.is_file():
+        d = root / pointer.read_text().strip()
+        if (d / _META).is_file():
+            return d
+    done = sorted(d for d in root.glob("step-*") if (d / _META).is_file()) if root.is_dir() else []
+    return done[-1] if done else None
+
+
+def load_checkpoint(path: str | Path, trainer: Trainer, restore_rng: bool = True) -> dict[str, Any]:
+    """Load model, optimizer and counters into ``trainer`` (and the global RNGs); returns meta.json."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+    path = Path(path)
+    meta: dict[str, Any] = json.loads((path / _META).read_text())
+    model_sd, optim_sd = get_state_dict(trainer.model, trainer.optimizer)
+    state: dict[str, Any] = {"model": model_sd, "optim": optim_sd}
+    with _single_process():
+        dcp.load(state, checkpoint_id=str(path))
+    set_state_dict(trainer.model, trainer.optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+    trainer.version = int(meta["trainer"]["version"])
+    trainer.step_index = int(meta["trainer"]["step_index"])
+    if restore_rng:
+        set_rng_state(meta["rng"])
+    return meta
+
+
+def export_hf(checkpoint: str | Path, out: str | Path, base_model: str | Path | None = None) -> Path:
+    """A Hugging Face model directory (safetensors weights, config, tokenizer files) with the
+    checkpoint's weights, servable by vLLM or SGLang. ``base_model``: the model the run started
+    from (default: the one recorded in the checkpoint)."""
+    import torch.distributed.checkpoint as dcp
+
+    from legorl.models.registry import load_model, resolve_model
+
+    checkpoint = Path(checkpoint)
+    meta = json.loads((checkpoint / _META).read_text())
+    base = base_model or meta.get("base_model")
+    if base is None:
+        raise ValueError(f"{checkpoint}: no base model recorded; pass base_model")
+    base_dir = resolve_model(str(base))
+    model = load_model(base_dir)
+    state: dict[str, Any] = {"model": model.state_dict()}
+    with _single_process():
+        dcp.load(state, checkpoint_id=str(checkpoint))
+    model.load_state_dict(state["model"])
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out, safe_serialization=True)
+    for f in Path(base_dir).iterdir():  # tokenizer and chat template travel unchanged
+        if f.is_file() and (
+            f.name.startswith(("tokenizer", "special_tokens", "vocab", "merges", "chat_template"))
+            or f.name == "generation_config.json"
+        ):
+            shutil.copy2(f, out / f.name)
+    return out

@@ -1,0 +1,169 @@
+"""Every ``legorl ... list`` and ``legorl bench ...`` command takes ``--json`` and prints the keys its
+``--help`` and docs/cli.md document. Each command is run here with cheap settings and its output parsed;
+the benches that need a sandbox or the embedded model carry the ``sandbox`` / ``slow`` markers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from legorl.bench.schema import RESULT_KEYS
+from legorl.cli import MODEL_JSON_KEYS, MODELS_JSON_KEYS, app
+from legorl.sandbox.cli import LAYER_JSON_KEYS, LIST_JSON_KEYS
+from legorl.tasks.cli import SUITES_JSON_KEYS, TASK_JSON_KEYS
+from legorl.tasks.loader import BUILTIN_SUITES_DIR
+
+runner = CliRunner()
+DOCS = (Path(__file__).resolve().parents[1] / "docs" / "cli.md").read_text()
+ONE_TASK = str(BUILTIN_SUITES_DIR / "trivial" / "legorl__trivial-001")
+
+
+def _commands() -> dict[str, typer.main.TyperCommand]:
+    """Every command of the CLI by its path ("tasks list", "bench engine", ...)."""
+    out = {}
+
+    def walk(prefix: str, group) -> None:  # noqa: ANN001
+        for name, cmd in group.commands.items():
+            path = f"{prefix} {name}".strip()
+            if hasattr(cmd, "commands"):
+                walk(path, cmd)
+            else:
+                out[path] = cmd
+
+    walk("", typer.main.get_command(app))
+    return out
+
+
+JSON_COMMANDS = sorted(p for p in _commands() if p.split()[-1] == "list" or p.startswith("bench "))
+
+
+def test_the_command_list_is_not_empty():
+    assert {
+        "tasks list",
+        "images list",
+        "models list",
+        "bench engine",
+        "bench gateway",
+        "bench sandbox",
+        "bench grader",
+        "bench rollout",
+    } <= set(JSON_COMMANDS)
+
+
+@pytest.mark.parametrize("path", JSON_COMMANDS)
+def test_every_list_and_bench_command_takes_json(path):
+    cmd = _commands()[path]
+    assert any("--json" in p.opts for p in cmd.params), f"`legorl {path}` has no --json option"
+    assert f"legorl {path}" in DOCS, f"docs/cli.md does not document `legorl {path}`"
+
+
+@pytest.mark.parametrize("bench", [p.split()[1] for p in JSON_COMMANDS if p.startswith("bench ")])
+def test_bench_keys_are_documented(bench):
+    assert bench in RESULT_KEYS, f"add the JSON keys of `legorl bench {bench}` to legorl.bench.schema.RESULT_KEYS"
+    [opt] = [p for p in _commands()[f"bench {bench}"].params if "--json" in p.opts]
+    section = DOCS.split(f"legorl bench {bench}", 1)[1].split("\n#", 1)[0]
+    for key in RESULT_KEYS[bench]:
+        assert key in opt.help, f"`legorl bench {bench} --help` does not name the key {key!r}"
+        assert f"`{key}`" in section, f"docs/cli.md does not name the key {key!r} of `legorl bench {bench}`"
+
+
+def _json(args: list[str]) -> dict:
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, res.output
+    return json.loads(res.stdout)
+
+
+def test_tasks_list_json():
+    out = _json(["tasks", "list", "--json"])
+    assert set(SUITES_JSON_KEYS) <= set(out)
+    names = {s["name"]: s["tasks"] for s in out["suites"]}
+    assert {"trivial", "easy", "medium"} <= set(names) and out["total"] == sum(names.values())
+    out = _json(["tasks", "list", "trivial", "--json"])
+    assert out["suite"] == "trivial" and len(out["tasks"]) == names["trivial"]
+    for t in out["tasks"]:
+        assert set(TASK_JSON_KEYS) == set(t) and t["tier"] == "trivial" and t["fail_to_pass"] >= 1
+
+
+def test_models_list_json():
+    out = _json(["models", "list", "--json"])
+    assert set(MODELS_JSON_KEYS) <= set(out)
+    [m] = [m for m in out["models"] if m["name"] == "smollm2-135m"]
+    assert set(MODEL_JSON_KEYS) == set(m) and isinstance(m["prepared"], bool)
+
+
+def test_images_list_json(tmp_path, monkeypatch):
+    monkeypatch.setenv("LEGORL_HOME", str(tmp_path))
+    out = _json(["images", "list", "--json"])
+    assert set(LIST_JSON_KEYS) <= set(out) and out["layers"] == [] and out["total_bytes"] == 0
+    assert Path(out["root"]).is_relative_to(tmp_path)
+
+
+@pytest.mark.sandbox
+def test_images_list_json_has_layer_keys(tmp_path, monkeypatch):
+    monkeypatch.setenv("LEGORL_HOME", str(tmp_path))
+    res = runner.invoke(app, ["images", "build", "--source", ONE_TASK, "--json"])
+    assert res.exit_code == 0, res.output
+    out = _json(["images", "list", "--json"])
+    assert out["layers"] and all(set(LAYER_JSON_KEYS) <= set(x) for x in out["layers"])
+    assert out["total_bytes"] == sum(x["bytes"] for x in out["layers"]) > 0
+
+
+def _bench(name: str, args: list[str]) -> dict:
+    out = _json(["bench", name, *args, "--json"])
+    missing = [k for k in RESULT_KEYS[name] if k not in out]
+    assert not missing, f"`legorl bench {name} --json` lacks {missing}"
+    return out
+
+
+@pytest.mark.sandbox
+def test_bench_sandbox_json():
+    out = _json(["bench", "sandbox", "--n", "2", "--concurrency", "2", "--no-podman", "--json"])
+    assert set(out) == {"bwrap"}
+    assert set(RESULT_KEYS["sandbox"]) <= set(out["bwrap"]) and out["bwrap"]["runs"] == 2
+
+
+@pytest.mark.sandbox
+def test_bench_grader_json():
+    out = _bench("grader", ["--suite", ONE_TASK, "--workers", "1"])
+    assert out["rollouts"] == 1 and out["resolved"] == 1
+
+
+@pytest.mark.slow
+def test_bench_gateway_json():
+    out = _bench("gateway", ["--requests", "10", "--concurrency", "2", "--output-tokens", "4", "--store-turns", "10"])
+    assert out["setup"]["requests"] == 10
+
+
+@pytest.mark.slow
+@pytest.mark.sandbox
+def test_bench_rollout_json():
+    out = _bench("rollout", ["--no-cold", "--rollouts", "1"])
+    assert len(out["rollouts"]) == 1 and out["cold_layer_build_s"] is None
+
+
+@pytest.mark.slow
+def test_bench_engine_json():
+    out = _bench("engine", ["--max-tokens", "4", "--concurrency", "2", "--repeats", "1", "--prefill-tokens", "16"])
+    assert out["max_tokens"] == 4 and out["gen_tokens_per_s_2"] == out["gen_tokens_per_s_concurrent"]
+
+
+def test_bench_ui_json():
+    out = _bench("ui", ["--rollouts", "30", "--requests", "2"])
+    assert out["rollouts"] == 30
+
+
+def test_no_json_prints_figures_not_a_dict_repr(capsys):
+    from legorl.cli import _print_result
+
+    _print_result({"a": 1, "b": {"c": [1, 2], "d": None}, "e": {}}, as_json=False)
+    assert capsys.readouterr().out.splitlines() == ["a: 1", "b.c: [1, 2]", "b.d: null", "e: {}"]
+
+
+@pytest.mark.slow
+def test_bench_trainer_json():
+    out = _bench("trainer", ["--samples", "2", "--tokens", "48", "--steps", "1"])
+    assert out["samples"] == 2 and len(out["ours_steps_s"]) == 1 and out["ours_s"] > 0

@@ -1,0 +1,109 @@
+"""Checkpoints: exact resume, atomic writes, Hugging Face export (tiny random Llama)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
+
+from legorl.config import TrainerConfig
+from legorl.training import checkpoint as ck
+from legorl.training.logprobs import compute_token_logprobs
+from legorl.training.trainer import Trainer
+from legorl.trajectory.records import Sample
+
+
+def _model(seed: int) -> LlamaForCausalLM:
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(
+        vocab_size=53,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+    )
+    return LlamaForCausalLM(cfg).eval()
+
+
+def _samples(model, n=4):
+    g = torch.Generator().manual_seed(3)
+    out = []
+    for i in range(n):
+        ids = torch.randint(0, 53, (10 + i,), generator=g).tolist()
+        with torch.no_grad():
+            lp = compute_token_logprobs(model, ids).tolist()
+        mask = [0, 0] + [1] * (len(ids) - 2)
+        out.append(
+            Sample(
+                rollout_id=f"r{i}",
+                thread_id="t",
+                segment_index=0,
+                token_ids=ids,
+                loss_mask=mask,
+                rollout_logprobs=[v if m else 0.0 for v, m in zip(lp, mask)],
+                advantage=(-1.0) ** i,
+            )
+        )
+    return out
+
+
+def _weights(model):
+    return torch.cat([p.detach().flatten() for p in model.parameters()])
+
+
+def test_resume_gives_the_same_next_step_as_an_uninterrupted_run(tmp_path):
+    cfg = TrainerConfig(lr=1e-3, ppo_epochs=2, minibatch_size=2, lr_warmup_steps=2)
+    a = Trainer(_model(0), cfg, total_steps=4, seed=7)
+    data = _samples(a.model)
+    a.step(data)
+    path = ck.save_checkpoint(tmp_path, 0, a, {"next_step": 1}, metrics={"train/loss": 0.5})
+    expected_rand = torch.rand(3)
+    ref = a.step(data)  # the uninterrupted run's next step
+
+    b = Trainer(_model(1), cfg, total_steps=4, seed=7)  # other weights: everything must come from disk
+    meta = ck.load_checkpoint(ck.latest_checkpoint(tmp_path), b)
+    assert meta["loop"] == {"next_step": 1} and meta["metrics"]["train/loss"] == 0.5 and meta["step"] == 0
+    assert torch.equal(torch.rand(3), expected_rand)  # the RNG continues where it was
+    got = b.step(data)
+    assert got["train/loss"] == ref["train/loss"] and got["train/lr"] == ref["train/lr"]
+    assert torch.equal(_weights(a.model), _weights(b.model))
+    assert b.version == a.version == 2
+    assert path.name == "step-000000" and (tmp_path / "checkpoints" / "latest").read_text() == "step-000000"
+
+
+def test_a_crash_while_writing_leaves_the_previous_checkpoint(tmp_path, monkeypatch):
+    t = Trainer(_model(0), TrainerConfig(lr=1e-3))
+    ck.save_checkpoint(tmp_path, 0, t, {"next_step": 1})
+    real_replace = os.replace
+
+    def crash(src, dst):
+        if str(dst).endswith("step-000001"):
+            raise KeyboardInterrupt("killed before the rename")
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(ck.os, "replace", crash)
+    with pytest.raises(KeyboardInterrupt):
+        ck.save_checkpoint(tmp_path, 1, t, {"next_step": 2})
+    monkeypatch.setattr(ck.os, "replace", real_replace)
+    (tmp_path / "checkpoints" / "step-000002").mkdir()  # a directory without meta.json is never chosen
+    latest = ck.latest_checkpoint(tmp_path)
+    assert latest is not None and latest.name == "step-000000"
+    assert ck.load_checkpoint(latest, Trainer(_model(1), TrainerConfig(lr=1e-3)))["loop"] == {"next_step": 1}
+
+
+def test_export_to_a_hugging_face_directory(tmp_path):
+    base = tmp_path / "base"
+    _model(0).save_pretrained(base)
+    t = Trainer(_model(0), TrainerConfig(lr=1e-2))
+    t.step(_samples(t.model))
+    path = ck.save_checkpoint(tmp_path / "run", 0, t, {}, base_model=str(base))
+    out = ck.export_hf(path, tmp_path / "hf")
+    assert (out / "model.safetensors").is_file() and json.loads((out / "config.json").read_text())["vocab_size"] == 53
+    loaded = AutoModelForCausalLM.from_pretrained(out)
+    assert torch.equal(_weights(loaded), _weights(t.model))
+    assert not torch.equal(_weights(loaded), _weights(_model(0)))

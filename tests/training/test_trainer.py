@@ -1,0 +1,264 @@
+"""Trainer depth: mini-batches and epochs, forward passes, π_old reuse, aggregation, schedule, KL
+(tiny random Llama: the trainer's arithmetic is what is tested, not the model)."""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from legorl.config import TrainerConfig
+from legorl.training.gspo import LossConfig, aggregate_losses, needs_old_recompute, sample_loss
+from legorl.training.logprobs import compute_token_logprobs
+from legorl.training.trainer import Trainer, lr_factor, plan_forward_passes
+from legorl.trajectory.records import Sample
+
+VOCAB = 61
+
+
+def _model(seed: int = 0) -> LlamaForCausalLM:
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+    )
+    return LlamaForCausalLM(cfg).eval()
+
+
+def _samples(model, n: int = 6, seed: int = 1, rollout_shift: float = 0.0) -> list[Sample]:
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for i in range(n):
+        length = 8 + 3 * i
+        ids = torch.randint(0, VOCAB, (length,), generator=g).tolist()
+        prompt = 3
+        with torch.no_grad():
+            lp = compute_token_logprobs(model, ids).tolist()
+        mask = [0] * prompt + [1] * (length - prompt)
+        rollout = [v + rollout_shift if m else 0.0 for v, m in zip(lp, mask)]
+        out.append(
+            Sample(
+                rollout_id=f"r{i}",
+                thread_id="t",
+                segment_index=0,
+                token_ids=ids,
+                loss_mask=mask,
+                rollout_logprobs=rollout,
+                advantage=1.0 if i % 2 == 0 else -1.0,
+                reward=float(i % 2 == 0),
+            )
+        )
+    return out
+
+
+def _sgd(model, lr: float = 1e-3) -> torch.optim.Optimizer:
+    """Plain SGD (the trainer sets the lr each step): weight deltas are lr × gradient."""
+    return torch.optim.SGD(model.parameters(), lr=lr)
+
+
+def _weights(model) -> torch.Tensor:
+    return torch.cat([p.detach().flatten() for p in model.parameters()])
+
+
+def test_aggregation_against_hand_computed_values():
+    losses = [torch.tensor(1.0), torch.tensor(3.0)]
+    assert float(aggregate_losses(losses, [1, 3], "sample_mean", 2, 4)) == pytest.approx(2.0)
+    assert float(aggregate_losses(losses, [1, 3], "token_mean", 2, 4)) == pytest.approx((1 * 1 + 3 * 3) / 4)
+    # a micro-batch contributes its share of the mini-batch's loss
+    assert float(aggregate_losses(losses[:1], [1], "sample_mean", 2, 4)) == pytest.approx(0.5)
+    assert float(aggregate_losses(losses[1:], [3], "token_mean", 2, 4)) == pytest.approx(9 / 4)
+
+
+def test_gspo_loss_against_hand_computed_value():
+    logp = torch.tensor([-1.0, -2.0], requires_grad=True)
+    old = torch.tensor([-1.1, -2.1])
+    rollout = torch.tensor([-1.2, -2.2])
+    cfg = LossConfig("gspo", eps_low=0.2, eps_high=0.2, tis_cap=2.0)
+    out = sample_loss(logp, old, rollout, advantage=-0.5, cfg=cfg)
+    s = math.exp(0.1)  # mean(logp - old)
+    tis = math.exp(0.1)  # mean(old - rollout), under the cap
+    assert out.ratio == pytest.approx(s, rel=1e-6)
+    assert float(out.loss) == pytest.approx(-(s * -0.5) * tis, rel=1e-6)  # inside the clip range
+    assert (out.clipped_low, out.clipped_high) == (0.0, 0.0)
+    # the same ratio with a narrow range: A<0 and s>1+ε clips nothing (min keeps s·A); A>0 clips high
+    narrow = LossConfig("gspo", eps_low=0.01, eps_high=0.01, tis_cap=None)
+    pos = sample_loss(logp, old, rollout, 2.0, narrow)
+    assert float(pos.loss) == pytest.approx(-(1.01 * 2.0), rel=1e-6) and pos.clipped_high == 1.0
+    neg = sample_loss(logp, old, rollout, -2.0, narrow)
+    assert float(neg.loss) == pytest.approx(-(s * -2.0), rel=1e-6) and neg.clipped == 0.0
+    low = sample_loss(logp, logp.detach() + 0.1, rollout, -2.0, narrow)  # s = e^-0.1 < 0.99, A<0
+    assert low.clipped_low == 1.0 and float(low.loss) == pytest.approx(-(0.99 * -2.0), rel=1e-6)
+
+
+def test_grpo_clip_fractions_are_per_token():
+    logp = torch.tensor([-1.0, -1.0, -1.0, -1.0])
+    old = torch.tensor([-1.5, -1.0, -1.0, -0.5])  # ratios e^.5, 1, 1, e^-.5
+    cfg = LossConfig("grpo", 0.2, 0.2, tis_cap=None)
+    assert sample_loss(logp, old, old, 1.0, cfg).clipped_high == pytest.approx(0.25)
+    assert sample_loss(logp, old, old, -1.0, cfg).clipped_low == pytest.approx(0.25)
+
+
+def test_pi_old_is_the_training_forward_only_with_one_optimiser_step():
+    assert not needs_old_recompute(1) and not needs_old_recompute(0)
+    assert needs_old_recompute(2)
+
+
+def test_lr_schedule():
+    assert [lr_factor(k, 3, "constant", 10) for k in range(5)] == [0.25, 0.5, 0.75, 1.0, 1.0]
+    assert lr_factor(3, 3, "linear", 7) == 1.0 and lr_factor(5, 3, "linear", 7) == pytest.approx(0.5)
+    assert lr_factor(5, 3, "cosine", 7) == pytest.approx(0.5) and lr_factor(7, 3, "cosine", 7) == pytest.approx(0.0)
+    assert lr_factor(100, 0, "cosine", None) == 1.0
+
+
+def test_plan_forward_passes_bounds_padded_tokens():
+    lengths = [10, 40, 20, 20, 5]
+    passes = plan_forward_passes(lengths, 45)
+    assert sorted(i for p in passes for i in p) == [0, 1, 2, 3, 4]
+    for p in passes:
+        assert len(p) == 1 or len(p) * max(lengths[i] for i in p) <= 45
+    assert passes[0] == [1]  # 40 alone (two rows of 40 would be 80)
+    assert plan_forward_passes(lengths, 10_000) == [[1, 2, 3, 0, 4]]
+
+
+def test_one_step_reuses_the_training_forward_and_matches_a_hand_computed_loss():
+    model = _model()
+    samples = _samples(model)
+    trainer = Trainer(model, TrainerConfig(lr=1e-3))
+    m = trainer.step(samples)
+    assert m["train/optimizer_steps"] == 1 and m["train/old_logprobs_recomputed"] is False
+    assert m["train/forward_passes"] == 1  # all six samples in one padded forward
+    assert m["train/ratio_mean"] == pytest.approx(1.0) and m["train/clip_frac"] == 0.0
+    # ratio 1, rollout logprobs = trainer's: TIS weight 1, so loss = -mean_i A_i
+    assert m["train/loss"] == pytest.approx(-sum(s.advantage for s in samples) / len(samples), abs=1e-5)
+    assert m["mismatch/max_abs_diff"] < 1e-4 and m["mismatch/tokens"] == sum(s.num_sampled for s in samples)
+    assert trainer.version == 1 and trainer.step_index == 1
+
+
+@pytest.mark.parametrize("aggregation", ["sample_mean", "token_mean"])
+def test_forward_split_does_not_change_the_update(aggregation):
+    """Invariant: one padded forward or one forward per sample give the same weights."""
+    results = []
+    for forward_tokens in (10_000, 16):
+        model = _model()
+        w0 = _weights(model).clone()
+        samples = _samples(model)
+        cfg = TrainerConfig(lr=1e-3, forward_tokens=forward_tokens, loss_aggregation=aggregation)
+        trainer = Trainer(model, cfg)
+        trainer.optimizer = _sgd(model)  # Adam's first step is ~lr·sign(g): it would magnify rounding
+        m = trainer.step(samples)
+        results.append((m, _weights(model) - w0))
+    (m_one, w_one), (m_many, w_many) = results
+    assert m_one["train/forward_passes"] == 1 and m_many["train/forward_passes"] == 6
+    assert m_one["train/loss"] == pytest.approx(m_many["train/loss"], abs=1e-6)
+    assert w_one.abs().max() > 1e-5  # the step did move the weights
+    assert torch.allclose(w_one, w_many, atol=1e-8, rtol=1e-4)
+
+
+def test_batched_step_equals_per_sample_gradient():
+    """The batched path gives the gradient of the loss written out sample by sample."""
+    model = _model()
+    samples = _samples(model, n=4)
+    ref = _model()
+    trainer = Trainer(model, TrainerConfig(lr=1e-3, grad_clip=1e9))
+    trainer.optimizer = _sgd(model)
+    trainer.step(samples)
+    # by hand: on-policy, TIS 1 → loss = -1/B Σ A_i mean_t logp_it (value), gradient of it
+    loss = sum(
+        -(s.advantage) * compute_token_logprobs(ref, s.token_ids)[torch.tensor(s.loss_mask, dtype=torch.bool)].mean()
+        for s in samples
+    ) / len(samples)
+    loss.backward()
+    _sgd(ref).step()
+    assert torch.allclose(_weights(model), _weights(ref), atol=1e-8, rtol=1e-5)
+
+
+def test_minibatches_and_epochs_move_the_ratio_and_measure_clipping():
+    model = _model()
+    samples = _samples(model)
+    cfg = TrainerConfig(lr=5e-3, ppo_epochs=2, minibatch_size=2, eps_low=3e-4, eps_high=4e-4)
+    m = Trainer(model, cfg).step(samples)
+    assert m["train/optimizer_steps"] == 6 and m["train/old_logprobs_recomputed"] is True
+    assert m["train/ratio_min"] < 1.0 - 1e-4 or m["train/ratio_max"] > 1.0 + 1e-4
+    assert m["train/clip_frac_low"] + m["train/clip_frac_high"] > 0
+    assert 0 <= m["train/clip_frac"] <= 1
+    assert m["mismatch/tokens"] == sum(s.num_sampled for s in samples)  # fidelity on π_old, before updates
+
+
+def test_idle_and_monitor_samples_are_scored_not_trained():
+    model = _model()
+    samples = _samples(model, n=4)
+    for s in samples[2:]:
+        s.advantage = 0.0
+    monitor = _samples(model, n=2, seed=9)
+    m = Trainer(model, TrainerConfig(lr=1e-3)).step(samples, monitor)
+    assert m["train/trainable_samples"] == 2
+    assert m["mismatch/tokens"] == sum(s.num_sampled for s in [*samples, *monitor])
+
+
+def test_nothing_trainable_leaves_weights_alone():
+    model = _model()
+    samples = _samples(model, n=2)
+    for s in samples:
+        s.advantage = 0.0
+    before = _weights(model).clone()
+    trainer = Trainer(model, TrainerConfig(lr=1e-3))
+    m = trainer.step(samples)
+    assert m["train/updated"] is False and trainer.version == 0 and trainer.step_index == 1
+    assert torch.equal(before, _weights(model))
+
+
+def test_kl_to_reference_is_zero_at_start_and_grows():
+    model = _model()
+    samples = _samples(model)
+    trainer = Trainer(model, TrainerConfig(lr=5e-3, kl_coef=0.1))
+    first = trainer.step(samples)
+    second = trainer.step(samples)
+    assert first["train/kl_ref"] == pytest.approx(0.0, abs=1e-7)
+    assert second["train/kl_ref"] > 0
+
+
+def test_warmup_sets_the_learning_rate_per_step():
+    model = _model()
+    samples = _samples(model, n=2)
+    trainer = Trainer(model, TrainerConfig(lr=1e-3, lr_warmup_steps=1, lr_schedule="linear"), total_steps=3)
+    lrs = [trainer.step(samples)["train/lr"] for _ in range(3)]
+    assert lrs == pytest.approx([5e-4, 1e-3, 5e-4])
+
+
+def test_state_round_trip():
+    model = _model()
+    samples = _samples(model, n=2)
+    trainer = Trainer(model, TrainerConfig(lr=1e-3))
+    trainer.step(samples)
+    other = Trainer(_model(), TrainerConfig(lr=1e-3))
+    other.model.load_state_dict(model.state_dict())
+    other.load_state(copy.deepcopy(trainer.state()))  # a checkpoint holds copies
+    a, b = trainer.step(samples), other.step(samples)
+    assert a["train/loss"] == pytest.approx(b["train/loss"], abs=1e-7)
+    assert torch.equal(_weights(trainer.model), _weights(other.model))
+
+
+@pytest.mark.parametrize("epochs", [1, 2])
+def test_step_logprobs_are_the_pre_update_view_of_every_scored_sample(epochs):
+    """What the run records for the UI's heat map: π_old of each sample, 0 where the mask is 0."""
+    model = _model()
+    samples = _samples(model, n=4)
+    samples[3].advantage = 0.0  # idle: scored only
+    before = [compute_token_logprobs(model, s.token_ids).tolist() for s in samples]
+    trainer = Trainer(model, TrainerConfig(lr=5e-2, ppo_epochs=epochs, minibatch_size=2))
+    trainer.step(samples)
+    assert compute_token_logprobs(model, samples[0].token_ids).tolist() != before[0]  # the weights moved
+    for s, ref in zip(samples, before):
+        got = trainer.step_logprobs(s)
+        assert got is not None and len(got) == len(s.token_ids)
+        for g, r, m in zip(got, ref, s.loss_mask):
+            assert g == pytest.approx(r if m else 0.0, abs=1e-5)
+    assert trainer.step_logprobs(_samples(model, n=1, seed=7)[0]) is None
