@@ -1,4 +1,4 @@
-"""Acceptance: scripted reward hackers (DESIGN.md §7) and scripted honest agents, end to end.
+"""Acceptance: scripted reward hackers (docs/reward-integrity.md) and scripted honest agents, end to end.
 
 Each attacker is a shell script run *inside* the agent's sandbox the way a harness runs (a
 ``ScriptedHarness`` implementing :class:`legorl.harnesses.base.Harness`), watched by the

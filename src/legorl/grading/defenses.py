@@ -1,5 +1,5 @@
 """After-stage defenses shared by the grader: a static scan of what the diff changed, the hardened
-in-sandbox test runner, and the cross-checks on what it reports (DESIGN.md §7).
+in-sandbox test runner, and the cross-checks on what it reports (docs/reward-integrity.md).
 
 Static scan (:func:`scan_source_changes`): constructs the diff *introduces* into non-test Python files
 (counted in the patched file minus the pristine one, so a repository that already uses them is not

@@ -1,4 +1,4 @@
-"""The grader: a verdict on an agent's diff, in a fresh sandbox (DESIGN.md §7 "after" stage).
+"""The grader: a verdict on an agent's diff, in a fresh sandbox (docs/reward-integrity.md, the "after" stage).
 
 Stages (each timed in ``GraderReport.stage_s``):
 

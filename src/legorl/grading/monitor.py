@@ -1,4 +1,4 @@
-"""The *during* stage of the reward-hacking defenses (DESIGN.md §7): watch what a rollout did.
+"""The *during* stage of the reward-hacking defenses (docs/reward-integrity.md): watch what a rollout did.
 
 Two independent sources, both turned into typed :class:`~legorl.trajectory.records.Flag` s with evidence:
 

@@ -1,5 +1,5 @@
 """What counts as a test file, test configuration or a loopback address: the rules the grader (after
-the rollout), the monitor (during it), the task tools and the tests share (DESIGN.md §7).
+the rollout), the monitor (during it), the task tools and the tests share (docs/reward-integrity.md).
 
 A leaf module (imports only the standard library, :mod:`legorl.diffs` and
 :mod:`legorl.trajectory.records`): two copies of a rule drift, and in a grader a drifted copy is a hole.

@@ -1,4 +1,4 @@
-"""Environment image cache: base → env → instance layers, content-addressed, LRU-bounded (DESIGN.md §6).
+"""Environment image cache: base → env → instance layers, content-addressed, LRU-bounded (docs/architecture.md, "Sandboxes").
 
 Layers
 ------

@@ -1,4 +1,4 @@
-"""Podman (or Docker) sandbox backend: the same protocol as bwrap, in OCI containers (DESIGN.md §6).
+"""Podman (or Docker) sandbox backend: the same protocol as bwrap, in OCI containers (docs/architecture.md, "Sandboxes").
 
 One long-lived container per sandbox (``<exe> run -d ... sleep``), every :meth:`exec` is an
 ``<exe> exec`` into it. Unlike bwrap (a fresh PID namespace per exec), background processes an exec

@@ -1,4 +1,4 @@
-"""Typed task records, compatible with SWE-bench instances (DESIGN.md §8)."""
+"""Typed task records, compatible with SWE-bench instances."""
 
 from __future__ import annotations
 

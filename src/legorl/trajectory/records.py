@@ -104,7 +104,7 @@ FlagStage = Literal["before", "during", "after"]
 
 
 class Flag(BaseModel):
-    """One reward-hacking defense finding, with its evidence (DESIGN.md §7).
+    """One reward-hacking defense finding, with its evidence (docs/reward-integrity.md).
 
     kind: e.g. ``modified_test_file``, ``git_history_probe``, ``package_install``, ``network_tool``,
     ``forged_results``; severity: ``blocking`` (``RunConfig.flagged_policy`` applies: reward 0 or
