@@ -56,6 +56,10 @@ class RolloutConfig(_Strict):
     )
     temperature: float = Field(1.0, gt=0, description="Sampling temperature (the trainer applies the same).")
     wall_clock_s: float = Field(900.0, gt=0, description="Harness time limit per rollout.")
+    strict_requests: bool = Field(
+        True,
+        description="Refuse the conversations the real APIs refuse (docs/gateway-validation.md); false: lenient mode, for a harness that sends them.",
+    )
 
     @field_validator("harness")
     @classmethod

@@ -109,6 +109,24 @@ async def test_stack_serves_the_training_sampling_on_a_short_socket_and_cleans_u
     assert socket_dirs == [uds.parent] and not uds.parent.exists()
 
 
+async def test_strict_requests_comes_from_the_rollout_config(tok):
+    # a tool_result that answers no call: refused as the real API (strict), served in lenient mode
+    orphan = {
+        "model": "m",
+        "max_tokens": 2,
+        "messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "nobody", "content": "x"}]}],
+    }
+    for strict, status in ((True, 400), (False, 200)):
+        rollout = RolloutConfig(strict_requests=strict)
+        async with open_gateway_stack(
+            EngineConfig(), rollout=rollout, engine_instance=ClosingEngine(tok), unix_socket=False
+        ) as stack:
+            token = stack.gateway.open_session(f"strict-{strict}")
+            async with httpx.AsyncClient() as c:
+                r = await c.post(stack.base_url + "/messages", json=orphan, headers={"x-api-key": token})
+            assert r.status_code == status, r.text
+
+
 async def test_stack_cleans_up_when_the_body_fails(tok, socket_dirs):
     eng = ClosingEngine(tok)
     with pytest.raises(RuntimeError, match="rollout blew up"):

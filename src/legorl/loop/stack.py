@@ -128,8 +128,8 @@ async def open_gateway_stack(
     """Engine, renderer, sessions, run store and gateway, served on 127.0.0.1:``port`` (0: any free
     port; None: none) and, with ``unix_socket``, on a socket in a fresh short private directory.
 
-    ``rollout``: sample as the trainer assumes (:func:`training_sampling`); None serves what each
-    request asks for. ``run_dir``: record every call there (None: no store). ``engine_instance``
+    ``rollout``: sample as the trainer assumes (:func:`training_sampling`) and validate conversations as
+    ``rollout.strict_requests`` says; None serves what each request asks for, strictly. ``run_dir``: record every call there (None: no store). ``engine_instance``
     replaces the engine ``engine`` describes (scripted and fake engines); its tokenizer is
     ``tokenizer`` or its ``tokenizer`` attribute. ``model_name``: what the gateway answers as the
     model (default ``engine.model``)."""
@@ -159,6 +159,7 @@ async def open_gateway_stack(
             model_name or engine.model,
             default_max_tokens=default_max_tokens,
             sampling_policy=training_sampling(rollout) if rollout is not None else None,
+            strict=rollout.strict_requests if rollout is not None else True,
         )
         if unix_socket:
             socket_dir = _socket_dir()
