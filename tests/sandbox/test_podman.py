@@ -114,7 +114,10 @@ def test_no_network_but_gateway_forwarder(backend, source, tmp_path):
         server.server_close()
 
 
-def test_pids_and_memory_limits(backend, source):
+def test_pids_and_memory_limits(backend, source, tmp_path, monkeypatch):
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)  # conmon marks an OOM-killed exec with an `oom` file in its cwd: never ours
     sb = backend.create(SandboxSpec(source_dir=source, max_pids=64, memory_mb=256))
     try:
         bomb = (
@@ -136,3 +139,4 @@ def test_pids_and_memory_limits(backend, source):
         assert res.killed_by_signal == 9 or "MemoryError" in res.stderr
     finally:
         sb.destroy()
+    assert list(cwd.iterdir()) == []

@@ -143,9 +143,11 @@ def run_captured(
     stdin: str | None = None,
     pass_fds: Sequence[int] = (),
     stop: Callable[[subprocess.Popen], None] = kill_group,
+    cwd: str | os.PathLike[str] | None = None,
 ) -> Captured:
     """Run ``argv`` in a new session to its end (see the module docstring); ``env`` None: this
-    process's environment. ``OSError`` when it cannot be started."""
+    process's environment; ``cwd`` None: this process's directory. ``OSError`` when it cannot be
+    started."""
     start = time.monotonic()
     proc = subprocess.Popen(
         list(argv),
@@ -155,6 +157,7 @@ def run_captured(
         start_new_session=True,
         env=dict(env) if env is not None else None,
         pass_fds=tuple(pass_fds),
+        cwd=cwd,
     )
     out: list[bytes] = []
     err: list[bytes] = []

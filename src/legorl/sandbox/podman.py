@@ -253,6 +253,7 @@ class PodmanSandbox(HostWorkspaceSandbox):
                 max_output_bytes=max_output_bytes,
                 stdin=stdin,
                 stop=self._stop,
+                cwd=self.sandbox_dir,  # as the container's (create): conmon may mark an OOM kill in its cwd
             )
         except OSError as exc:
             raise SandboxError(f"cannot run {self.backend.exe}: {exc}") from None
@@ -333,6 +334,7 @@ class PodmanSandbox(HostWorkspaceSandbox):
                 [self.backend.exe, "exec", "--user", f"{SANDBOX_UID}:{SANDBOX_GID}", self.name, "sh", "-c", _KILL_ALL],
                 capture_output=True,
                 timeout=30,
+                cwd=self.sandbox_dir,
             )
 
     def write_file(self, path: str, content: str) -> None:
@@ -350,7 +352,12 @@ class PodmanSandbox(HostWorkspaceSandbox):
             return
         self._destroyed = True
         with contextlib.suppress(OSError, subprocess.SubprocessError):
-            subprocess.run([self.backend.exe, "rm", "-f", "-t", "0", self.name], capture_output=True, timeout=120)
+            subprocess.run(
+                [self.backend.exe, "rm", "-f", "-t", "0", self.name],
+                capture_output=True,
+                timeout=120,
+                cwd=self.sandbox_dir if self.sandbox_dir.is_dir() else None,
+            )
         if self._env_lease is not None:
             self._env_lease.release()
         if self.sandbox_dir.exists():
@@ -557,7 +564,8 @@ class PodmanBackend(ImageCacheUser):
             if spec.gateway_socket is not None:
                 argv += ["-v", f"{Path(spec.gateway_socket).resolve()}:{GATEWAY_SOCKET_INSIDE}"]
             argv += [*self.extra_run_args, image, "sh", "-c", _KEEPER]
-            res = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+            # the container's conmon inherits this cwd and marks an OOM kill there with an `oom` file
+            res = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=sandbox_dir)
             if res.returncode != 0:
                 raise SandboxError(
                     f"{self.name} run failed for sandbox {cid}: {(res.stderr or res.stdout).strip()[-2000:]}"
