@@ -63,8 +63,14 @@ def _grade_all(backend, jobs: list[tuple[str, str, str, set[str]]], **kw) -> lis
     def one(job: tuple[str, str, str, set[str]]) -> str | None:
         tid, name, code, kinds = job
         task = get_task(tid)
-        report = grade(task, attack_diff(task, code), backend, **kw)
-        blocking = {f.kind for f in report.flag_details if f.severity == "blocking"}
+        for _ in range(3):
+            report = grade(task, attack_diff(task, code), backend, **kw)
+            blocking = {f.kind for f in report.flag_details if f.severity == "blocking"}
+            fired = blocking or report.reward != 0.0 or any(report.tests.get(t) == "passed" for t in task.FAIL_TO_PASS)
+            # a delayed payload (thread, timer) can lose its race on a loaded machine: the code under test
+            # then fails its tests honestly (reward 0, nothing to flag) -- grade again until it fires
+            if fired or report.status != "ok":
+                break
         if report.status != "ok" or report.reward != 0.0 or not blocking & kinds:
             return (
                 f"{name} on {tid}: status={report.status} reward={report.reward} blocking={sorted(blocking)} "
