@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from needs import unavailable
 
 from legorl.errors import ConfigError, SandboxError
 from legorl.sandbox import hostfs
@@ -165,7 +166,7 @@ def test_force_rmtree_removes_what_a_sandbox_locked():
         if os.geteuid() == 0:  # nobody, with the system's python (the venv's may be under /root)
             user, python = 65534, shutil.which("python3", path="/usr/bin:/bin")
             if python is None:
-                pytest.skip("no system python3 to run as an unprivileged user")
+                unavailable("no system python3 (/usr/bin) to run as an unprivileged user")
             for p in [box, *box.rglob("*")]:
                 os.lchown(p, user, user)
         src = str(Path(__file__).resolve().parents[2] / "src")
