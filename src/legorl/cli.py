@@ -94,6 +94,7 @@ from legorl.observe import cli as observe_cli  # noqa: E402
 
 app.command("ui")(observe_cli.ui)
 app.command("status")(observe_cli.status)
+app.command("control")(observe_cli.control)
 app.command("validate")(observe_cli.validate)
 app.command("launch")(observe_cli.launch)
 bench_app.command("ui")(observe_cli.bench_ui)
@@ -237,6 +238,15 @@ def _summary(history: list[dict], run_dir: Path) -> None:
     console.print(
         f"turns+rollouts: {run_dir}/run.sqlite (legorl export {run_dir} --out DIR)  metrics: {run_dir}/metrics.jsonl"
     )
+    from legorl.loop.control import read_control
+
+    control = read_control(run_dir)
+    if control.state == "stop":  # ended early: say why, and leave a non-zero exit for scripts
+        console.print(
+            f"[bold red]run stopped[/] ({control.reason}, by {control.by}); "
+            f"continue with: legorl train --resume {run_dir}"
+        )
+        raise typer.Exit(3)
 
 
 def _overrides(set_: list[str], flag: str = "--set") -> dict[str, object]:

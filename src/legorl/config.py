@@ -191,6 +191,61 @@ class CheckpointConfig(_Strict):
     keep: int = Field(2, ge=1, description="Complete checkpoints kept (the oldest are removed).")
 
 
+MonitorAction = Literal["off", "log", "warn", "pause", "stop"]
+
+
+class MonitorRule(_Strict):
+    """One training monitor: a threshold on a per-step figure and what crossing it does."""
+
+    threshold: float = Field(description="The limit (see each monitor's description for its unit and direction).")
+    action: MonitorAction = Field(
+        "warn",
+        description="off | log (recorded in alerts.jsonl) | warn (also shown by the UI and legorl status) | "
+        "pause (the run waits for `legorl control RUN_DIR resume`) | stop (checkpoint, then end the run).",
+    )
+
+
+def _rule(threshold: float, action: MonitorAction, description: str) -> Any:
+    return Field(default_factory=lambda: MonitorRule(threshold=threshold, action=action), description=description)
+
+
+class MonitorsConfig(_Strict):
+    """Checks after every training step (see legorl.observe.monitors); alerts land in RUN_DIR/alerts.jsonl."""
+
+    mismatch: MonitorRule = _rule(0.99, "warn", "Lowest Pearson correlation of engine vs trainer logprobs.")
+    env_failures: MonitorRule = _rule(
+        0.2, "warn", "Highest share of a step's rollouts that failed outside the policy (env failure, harness error)."
+    )
+    hack_flags: MonitorRule = _rule(0.0, "warn", "Highest share of a step's rollouts with a reward-hack flag.")
+    forks: MonitorRule = _rule(0.25, "warn", "Highest share of a step's turns that forked a new sample.")
+    zero_signal: MonitorRule = _rule(
+        3, "warn", "Most consecutive steps in which no group had reward variance (nothing to learn from)."
+    )
+    reward_collapse: MonitorRule = _rule(
+        0.5, "warn", "Lowest mean reward of a step as a fraction of the best step so far (once that reached 0.25)."
+    )
+    length_blowup: MonitorRule = _rule(
+        3.0, "warn", "Highest sampled tokens per sample of a step over the median of the steps before it."
+    )
+    slow_rollouts: MonitorRule = _rule(5.0, "log", "Highest slowest-to-median rollout duration ratio in a step.")
+    stuck_sandboxes: MonitorRule = _rule(
+        0.25, "warn", "Highest share of a step's rollouts stopped by the wall-clock limit (rollout.wall_clock_s)."
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _partial_rules(cls, data: Any) -> Any:
+        """``--set monitors.env_failures.action=pause`` keeps that monitor's default threshold (and vice versa)."""
+        if not isinstance(data, dict):
+            return data
+        out = dict(data)
+        for name, value in data.items():
+            field = cls.model_fields.get(name)
+            if field is not None and field.default_factory is not None and isinstance(value, dict):
+                out[name] = {**field.default_factory().model_dump(), **value}  # type: ignore[call-arg]
+        return out
+
+
 class RunConfig(_Strict):
     run_dir: Path = Field(Path("runs/demo"), description="Where turns, rollouts and metrics are written.")
     suite: str = Field("trivial", description="Task suite: a built-in name or a path.")
@@ -205,6 +260,7 @@ class RunConfig(_Strict):
     grading: GradingConfig = Field(default_factory=GradingConfig)
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
+    monitors: MonitorsConfig = Field(default_factory=MonitorsConfig)
 
     @model_validator(mode="after")
     def _grpo_clip(self) -> RunConfig:

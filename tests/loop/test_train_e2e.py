@@ -8,6 +8,7 @@ import pytest
 
 from legorl.config import RunConfig
 from legorl.loop.train import train
+from legorl.observe.monitors import AlertLog
 from legorl.store import open_run
 
 pytestmark = [pytest.mark.slow, pytest.mark.sandbox]
@@ -46,3 +47,4 @@ def test_one_training_step_end_to_end(tmp_path):
     )
     assert m["mismatch/pearson"] >= 0.9999
     assert m["mismatch/max_abs_diff"] <= 1e-3
+    assert [a.monitor for a in AlertLog(run).read() if a.monitor == "mismatch"] == []  # a faithful run stays quiet

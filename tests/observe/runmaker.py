@@ -27,6 +27,7 @@ from legorl.loop.rollout import run_rollout
 from legorl.loop.stack import build_harness, open_gateway_stack, rollout_context, sandbox_backend
 from legorl.loop.train import rollout_metrics
 from legorl.observe.metrics import MetricsLogger
+from legorl.observe.monitors import Monitors
 from legorl.observe.token_logprobs import TrainerLogprobs
 from legorl.tasks.loader import get_task
 from legorl.training.trainer import Trainer
@@ -88,6 +89,7 @@ async def short_run(run_dir: Path, steps: int = 2, *, trainer_steps: bool = True
     tok = load_smollm2_gguf_tokenizer()
     engine = ScriptedEngine(tok, lambda _p: "Done.", max_context=262144)
     metrics_log = MetricsLogger(run_dir)
+    monitors = Monitors(run_dir, cfg.monitors, [])
     trainer = Trainer(tiny_trainer_model(len(tok)), cfg.trainer) if trainer_steps else None
     recorder = TrainerLogprobs(run_dir)
     try:
@@ -123,6 +125,7 @@ async def short_run(run_dir: Path, steps: int = 2, *, trainer_steps: bool = True
                 metrics.update(rollout_metrics(rollouts))
                 metrics.update({"time/step_s": time.perf_counter() - t0, "weight_version": engine.weight_version})
                 metrics_log.log(step, metrics)
+                monitors.after_step({"step": step, **metrics})
     finally:
         metrics_log.close()
         recorder.close()

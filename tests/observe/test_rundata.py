@@ -1,9 +1,9 @@
 """The read side of the UI without a browser: the store's rollout index and its filters, turns of every
-dialect as the harness saw them, the trainer-logprob sidecar, alerts, the token heat colour."""
+dialect as the harness saw them, the trainer-logprob sidecar, the token heat colour."""
 
 from __future__ import annotations
 
-from legorl.observe.rundata import RunData, alerts, reply_message, request_messages
+from legorl.observe.rundata import RunData, reply_message, request_messages
 from legorl.observe.token_logprobs import TrainerLogprobs
 from legorl.observe.ui.pages import heat_style
 from legorl.trajectory.records import Flag, GraderReport, Rollout, Sample
@@ -132,24 +132,3 @@ def test_turns_of_every_dialect_show_tool_calls_and_results():
     assert (
         reply_message({"content": [{"type": "tool_use", "name": "Edit", "input": {}}]}).tool_calls[0]["name"] == "Edit"
     )
-
-
-def test_alerts_from_metrics():
-    rows = [
-        {
-            "step": 3,
-            "mismatch/pearson": 0.9,
-            "rollout/count": 10,
-            "rollout/status_env_failure": 3,
-            "rollout/flagged": 1,
-            "batch/groups": 2,
-            "batch/groups_with_signal": 0,
-        }
-    ]
-    assert {a.what for a in alerts(rows)} == {
-        "rollout/trainer mismatch",
-        "environment failures",
-        "reward-hack flags",
-        "no learning signal",
-    }
-    assert alerts([{"step": 0, "mismatch/pearson": 0.9999, "rollout/count": 4}]) == []

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
+import statistics
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -15,11 +17,13 @@ import torch
 from legorl.config import RunConfig
 from legorl.errors import ConfigError
 from legorl.loop.batch import assemble_batch
+from legorl.loop.control import RunState, read_control, wait_while_paused, write_control
 from legorl.loop.provenance import write_manifest
 from legorl.loop.rollout import run_rollout
 from legorl.loop.stack import build_harness, open_gateway_stack, rollout_context, sandbox_backend
 from legorl.models.registry import load_model
-from legorl.observe.metrics import MetricsLogger
+from legorl.observe.metrics import MetricsLogger, read_metrics
+from legorl.observe.monitors import AlertLog, Monitors
 from legorl.observe.token_logprobs import TrainerLogprobs
 from legorl.tasks.loader import load_suite
 from legorl.training.checkpoint import (
@@ -33,10 +37,16 @@ from legorl.training.checkpoint import (
 from legorl.training.trainer import Trainer
 from legorl.trajectory.records import Rollout
 
+log = logging.getLogger(__name__)
+
 
 async def train(cfg: RunConfig, on_step=None, resume: bool = False) -> list[dict[str, Any]]:
     """Train per ``cfg``. ``resume``: continue ``cfg.run_dir`` from its latest checkpoint
-    (:mod:`legorl.training.checkpoint`): weights, optimizer, RNGs, task-order cursor, weight version."""
+    (:mod:`legorl.training.checkpoint`): weights, optimizer, RNGs, task-order cursor, weight version.
+
+    Between steps the run obeys ``RUN_DIR/control.json`` (:mod:`legorl.loop.control`): it waits while
+    paused and ends after a checkpoint when asked to stop; the monitors (``cfg.monitors``) ask for
+    either when a threshold with that action is crossed."""
     run_dir = Path(cfg.run_dir)
     ckpt = latest_checkpoint(run_dir) if resume else None
     if resume and ckpt is None:
@@ -44,6 +54,8 @@ async def train(cfg: RunConfig, on_step=None, resume: bool = False) -> list[dict
     run_dir.mkdir(parents=True, exist_ok=True)
     if not resume:
         (run_dir / "config.json").write_text(cfg.model_dump_json(indent=2))
+    # starting or resuming is the person's decision: it lifts a pause or stop a monitor left behind
+    write_control(run_dir, "running", "resumed" if resume else "started", by="train")
     asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=64))
     random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
@@ -72,6 +84,7 @@ async def train(cfg: RunConfig, on_step=None, resume: bool = False) -> list[dict
                 start = int(meta["loop"]["next_step"])
                 rng.setstate(tuple_state(meta["loop"]["task_rng"]))
                 keep_metrics_until(run_dir, int(meta["step"]))  # rows of steps the checkpoint does not hold
+                AlertLog(run_dir).keep_until(int(meta["step"]))
                 await engine.update_weights(trainer.state_dict(), version=trainer.version)
             write_manifest(
                 cfg,
@@ -80,7 +93,17 @@ async def train(cfg: RunConfig, on_step=None, resume: bool = False) -> list[dict
                 tasks=tasks,
                 name="manifest.json" if ckpt is None else f"manifest-resume-{start:06d}.json",
             )
+            monitors = Monitors(run_dir, cfg.monitors, read_metrics(run_dir) if ckpt is not None else [])
             for step in range(start, cfg.steps):
+                control = await wait_while_paused(
+                    run_dir,
+                    on_pause=lambda c: log.warning(
+                        "run paused (%s, by %s); resume: legorl control %s resume", c.reason, c.by, run_dir
+                    ),
+                )
+                if control.state == "stop":
+                    log.warning("run stopped before step %d (%s, by %s)", step, control.reason, control.by)
+                    break
                 t0 = time.perf_counter()
                 chosen = rng.sample(tasks, min(cfg.tasks_per_step, len(tasks)))
                 rollouts: list[Rollout] = await asyncio.gather(
@@ -110,8 +133,14 @@ async def train(cfg: RunConfig, on_step=None, resume: bool = False) -> list[dict
                 )
                 metrics.update({f"batch/dropped_{k}": v for k, v in batch.dropped.items()})
                 metrics_log.log(step, metrics)
+                for alert in sorted(monitors.after_step({"step": step, **metrics}), key=lambda a: a.level == "stop"):
+                    log.warning("alert [%s] %s: %s", alert.level, alert.what, alert.detail)
+                    if alert.level in ("pause", "stop"):
+                        state: RunState = "paused" if alert.level == "pause" else "stop"
+                        write_control(run_dir, state, f"{alert.what}: {alert.detail}", by=f"monitor:{alert.monitor}")
+                stopping = read_control(run_dir).state == "stop"
                 every = cfg.checkpoint.every
-                if (every and (step + 1) % every == 0) or step == cfg.steps - 1:
+                if (every and (step + 1) % every == 0) or step == cfg.steps - 1 or stopping:
                     await asyncio.to_thread(
                         save_checkpoint,
                         run_dir,
@@ -165,6 +194,8 @@ def rollout_metrics(rollouts: list[Rollout]) -> dict[str, Any]:
         "rollout/samples": sum(len(r.samples) for r in rollouts),
         "rollout/flagged": sum(1 for r in rollouts if r.flags),
         "rollout/duration_mean_s": sum(r.duration_s for r in rollouts) / max(len(rollouts), 1),
+        "rollout/duration_p50_s": statistics.median(r.duration_s for r in rollouts) if rollouts else 0.0,
+        "rollout/duration_max_s": max((r.duration_s for r in rollouts), default=0.0),
     }
     out.update({f"rollout/status_{k}": v for k, v in status.items()})
     out.update({f"align/{k}": v for k, v in align.items()})

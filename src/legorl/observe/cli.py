@@ -126,6 +126,25 @@ def status(
         print()
 
 
+def control(
+    run_dir: Path = typer.Argument(..., help="Run directory of a training run."),
+    action: str = typer.Argument(..., help="pause | resume | stop"),
+    reason: str = typer.Option("", "--reason", help="Why (shown by legorl status and the UI)."),
+) -> None:
+    """Pause, resume or stop a training run between steps (stop: after a checkpoint; resume a
+    stopped run with `legorl train --resume RUN_DIR`)."""
+    from legorl.loop.control import read_control, write_control
+
+    states = {"pause": "paused", "resume": "running", "stop": "stop"}
+    if action not in states:
+        raise typer.BadParameter(f"ACTION must be one of {', '.join(states)}, not {action!r}")
+    if not (run_dir / "config.json").exists():
+        raise ConfigError(f"{run_dir} is not a LEGO-RL run directory (no config.json)")
+    before = read_control(run_dir)
+    after = write_control(run_dir, states[action], reason or f"legorl control {action}", by="user")  # type: ignore[arg-type]
+    print(f"{run_dir}: {before.state} -> {after.state}")
+
+
 def validate(
     config: Path = typer.Argument(..., help="Run config (JSON)."),
     set_: list[str] = typer.Option([], "--set", help="Override a field: --set rollout.max_turns=4 (repeatable)."),

@@ -9,7 +9,6 @@ records that templates render (nothing here knows HTML).
 from __future__ import annotations
 
 import json
-import math
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -17,7 +16,9 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from legorl.loop.control import read_control
 from legorl.observe.metrics import read_metrics
+from legorl.observe.monitors import Alert, current_alerts
 from legorl.observe.token_logprobs import TrainerLogprobs
 from legorl.trajectory.records import Rollout, Turn
 from legorl.trajectory.store import DB_NAME, RunStore, open_run
@@ -54,20 +55,13 @@ CURVES: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 
 
-@dataclass(frozen=True)
-class Alert:
-    level: str  # warn | fatal
-    what: str
-    detail: str
-
-
 @dataclass
 class RunSummary:
     """A run at a glance: what ``legorl status`` prints and the overview page heads with."""
 
     name: str
     run_dir: str
-    state: str  # running | finished | stopped
+    state: str  # running | paused | finished | stopped
     step: int  # steps done
     steps: int | None  # steps configured
     rollouts: int
@@ -79,6 +73,7 @@ class RunSummary:
     eta_s: float | None
     last_update_s_ago: float | None
     alerts: list[Alert] = field(default_factory=list)
+    state_reason: str = ""  # why a run is paused or was stopped (legorl.loop.control)
 
     def as_dict(self) -> dict[str, Any]:
         d = dict(self.__dict__)
@@ -306,6 +301,11 @@ class RunData:
         # a run writes after every rollout and step: silence much longer than a step means it stopped
         window = max(LIVE_WINDOW_S, 3 * (max(step_times) if step_times else 0.0))
         state = "finished" if finished else ("running" if ago is not None and ago < window else "stopped")
+        control = read_control(self.run_dir)
+        if not finished and control.state != "running":
+            # paused: the process waits (its files go quiet); stop: it ended on request
+            state = "paused" if control.state == "paused" else "stopped"
+        reason = f"{control.reason} (by {control.by})" if not finished and control.state != "running" else ""
         step_time = sum(step_times) / len(step_times) if step_times else None
         span = rows[-1]["time"] - rows[0]["time"] if len(rows) > 1 else None
         rpm = tps = None
@@ -330,45 +330,13 @@ class RunData:
             step_time,
             eta,
             ago,
-            alerts(rows, self),
+            current_alerts(self.run_dir, rows),
+            reason,
         )
 
     def close(self) -> None:
         self.store.close(compact=False)
         self.trainer_lps.close()
-
-
-def alerts(rows: list[dict[str, Any]], run: RunData | None = None) -> list[Alert]:
-    """What a person watching the run should look at, from the metrics rows (latest step first)."""
-    out: list[Alert] = []
-    if not rows:
-        return out
-    last = rows[-1]
-    p = last.get("mismatch/pearson")
-    if isinstance(p, float) and math.isfinite(p) and p < 0.99:
-        out.append(
-            Alert(
-                "warn",
-                "rollout/trainer mismatch",
-                f"step {last['step']}: Pearson {p:.4f} between engine and trainer logprobs (< 0.99)",
-            )
-        )
-    count = last.get("rollout/count") or 0
-    env = last.get("rollout/status_env_failure", 0) + last.get("rollout/status_harness_error", 0)
-    if count and env / count > 0.2:
-        out.append(
-            Alert(
-                "warn",
-                "environment failures",
-                f"step {last['step']}: {env} of {count} rollouts failed outside the policy",
-            )
-        )
-    flagged = last.get("rollout/flagged", 0)
-    if flagged:
-        out.append(Alert("warn", "reward-hack flags", f"step {last['step']}: {flagged} rollout(s) flagged"))
-    if last.get("batch/groups") and not last.get("batch/groups_with_signal"):
-        out.append(Alert("warn", "no learning signal", f"step {last['step']}: no group had reward variance"))
-    return out
 
 
 # -- turns as the harness saw them ---------------------------------------------------------------
@@ -488,7 +456,6 @@ def turn_views(turns: list[Turn]) -> list[TurnView]:
 
 
 __all__ = [
-    "Alert",
     "CURVES",
     "Message",
     "RunData",
@@ -497,6 +464,5 @@ __all__ = [
     "TokenCell",
     "Trajectory",
     "TurnView",
-    "alerts",
     "turn_views",
 ]

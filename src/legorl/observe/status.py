@@ -32,7 +32,8 @@ def format_summary(s: RunSummary) -> str:
     lines = [
         f"run        {s.name}  ({s.run_dir})",
         f"state      {s.state}"
-        + (f", last write {_dur(s.last_update_s_ago)} ago" if s.last_update_s_ago is not None else ""),
+        + (f", last write {_dur(s.last_update_s_ago)} ago" if s.last_update_s_ago is not None else "")
+        + (f"\n           {s.state_reason}" if s.state_reason else ""),
         f"step       {steps}   rollouts {s.rollouts}",
         f"reward     {_num(s.reward_last)} (last step)   resolved {_num(s.resolved_last)}",
         f"throughput {_num(s.rollouts_per_min)} rollouts/min   {_num(s.tokens_per_s)} sampled tokens/s   "
