@@ -246,6 +246,18 @@ class MonitorsConfig(_Strict):
         return out
 
 
+class WandbConfig(_Strict):
+    """Weights & Biases, besides metrics.jsonl and TensorBoard (needs the ``wandb`` package)."""
+
+    project: str | None = Field(None, description="W&B project; null: W&B is not used.")
+    entity: str | None = Field(None, description="W&B entity (team or user); null: the account's default.")
+    name: str | None = Field(None, description="W&B run name; null: the run directory's name.")
+    mode: Literal["offline", "online"] = Field(
+        "offline",
+        description="offline: written under RUN_DIR/wandb (upload later with `wandb sync`); online: streamed.",
+    )
+
+
 class RunConfig(_Strict):
     run_dir: Path = Field(Path("runs/demo"), description="Where turns, rollouts and metrics are written.")
     suite: str = Field("trivial", description="Task suite: a built-in name or a path.")
@@ -261,6 +273,7 @@ class RunConfig(_Strict):
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
     monitors: MonitorsConfig = Field(default_factory=MonitorsConfig)
+    wandb: WandbConfig = Field(default_factory=WandbConfig)
 
     @model_validator(mode="after")
     def _grpo_clip(self) -> RunConfig:

@@ -1,5 +1,6 @@
 """The full wave-2 sweep: every generated attacker variant graded on a trivial, an easy and a medium task
-(issue 10's benchmark run; the slow test ``test_generated_variants_sweep`` asserts the same).
+(issue 10's benchmark run; the slow test ``test_generated_variants_sweep`` grades its first third: every
+variant on one of the three tasks, as this script orders its jobs).
 
     nice -n 5 .venv/bin/python tests/grading/sweep_wave2.py [--workers 2] [--out sweep.jsonl]
 

@@ -6,9 +6,9 @@ must end with reward 0 *and* a blocking flag naming its behaviour; an attack tha
 stopped only by accident, FAILS. The honest side: gold patches, honest partial fixes and the twin
 rewrite of every built-in FAIL_TO_PASS test keep their verdicts with no blocking flag.
 
-CI runs every hand-written attacker on a trivial, an easy and a medium task, a fixed sample of the
-generated variants and the honest checks; the full generated sweep (every variant on the three tasks)
-is marked ``slow``.
+CI runs every hand-written attacker on a trivial, an easy and a medium task, every generated variant
+on one of the three (``slow``), and the honest checks; ``sweep_wave2.py`` runs the full generated
+sweep (every variant on all three tasks).
 """
 
 from __future__ import annotations
@@ -121,10 +121,11 @@ def test_generated_variants_sample_is_stopped(backend):
 @pytest.mark.slow
 @pytest.mark.sandbox
 def test_generated_variants_sweep(backend):
-    """Every generated variant on the three tasks (``python tests/grading/sweep_wave2.py`` reports the
-    same sweep with timings)."""
+    """Every generated variant, each on one of the three tasks in turn (a third of them per tier): the
+    CI share of the sweep. ``python tests/grading/sweep_wave2.py`` grades every variant on all three
+    tasks and reports timings."""
     variants = attackers.variants()
-    jobs = [(tid, name, *variants[name]) for name in sorted(variants) for tid in TASKS]
+    jobs = [(TASKS[i % len(TASKS)], name, *variants[name]) for i, name in enumerate(sorted(variants))]
     failures = _grade_all(backend, jobs)
     assert not failures, f"{len(failures)}/{len(jobs)} got through:\n\n" + "\n\n".join(failures[:10])
 

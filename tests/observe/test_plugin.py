@@ -73,7 +73,7 @@ def _run(command: str, arguments: str, timeout: float = 600) -> subprocess.Compl
 def test_validate_command_runs_the_cli():
     out = _run("legorl-validate", f"{shlex.quote(str(PLUGIN.parents[1] / 'configs' / 'demo.json'))} --structure-only")
     assert out.returncode == 0, out.stderr
-    assert "PASS  config.schema" in out.stdout and "OK: 9 checks" in out.stdout
+    assert "PASS  config.schema" in out.stdout and "OK: 10 checks" in out.stdout
 
 
 def _kill_group(pid: int) -> None:

@@ -48,7 +48,7 @@ def test_demo_config_passes_the_structure_checks():
     )
     assert out.returncode == 0, out.stdout + out.stderr
     lines = out.stdout.splitlines()
-    assert sum(line.startswith("PASS ") for line in lines) == 9 and lines[-1].startswith("OK: 9 checks, 0 fatal")
+    assert sum(line.startswith("PASS ") for line in lines) == 10 and lines[-1].startswith("OK: 10 checks, 0 fatal")
 
 
 def test_harness_and_tool_format_mismatch_is_fatal(tmp_path):
@@ -92,7 +92,7 @@ def test_demo_config_passes_every_live_check():
     checks = validate(DEMO, sample_tasks=1)
     bad = [c.line() for c in checks if c.level != "pass"]
     assert not bad, bad
-    assert len(checks) == 15
+    assert len(checks) == 16
 
 
 def _broken_gold_suite(tmp_path: Path) -> Path:

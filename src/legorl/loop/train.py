@@ -63,7 +63,7 @@ async def train(cfg: RunConfig, on_step=None, resume: bool = False) -> list[dict
     rng = random.Random(cfg.seed)
     harness = build_harness(cfg.rollout)
     backend = sandbox_backend(cfg.sandbox)
-    metrics_log = MetricsLogger(run_dir)
+    metrics_log = MetricsLogger(run_dir, wandb=cfg.wandb, run_config=cfg.model_dump(mode="json"))
     trainer_logprobs = TrainerLogprobs(run_dir)  # the UI's per-token heat map
     history: list[dict[str, Any]] = []
     try:

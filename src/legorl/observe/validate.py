@@ -122,6 +122,7 @@ class Validator:
         self.run_check("dtype.engine_trainer", self.c_dtype, needs=("model.files",))
         self.run_check("executor.topology", self.c_executor, needs=deps)
         self.run_check("suite.tasks", self.c_suite, needs=deps)
+        self.run_check("observe.monitors_wandb", self.c_observe, needs=deps)
         if structure_only:
             return self.checks
         sandboxed = ("executor.topology", "suite.tasks")
@@ -304,6 +305,22 @@ class Validator:
         if not self.tasks:
             return "fatal", f"suite {self.cfg.suite!r} has no tasks", "point suite at a directory or file with tasks"
         return "pass", f"suite {self.cfg.suite!r}: {len(self.tasks)} task(s)"
+
+    def c_observe(self) -> tuple[Level, str, str] | tuple[Level, str]:
+        import importlib.util
+
+        acting = [f"{n}={r.action}" for n, r in self.cfg.monitors if r.action in ("pause", "stop")]
+        monitors = f"monitors acting on the run: {', '.join(acting) if acting else 'none (log and warn only)'}"
+        wb = self.cfg.wandb
+        if not wb.project:
+            return "pass", f"{monitors}; W&B off"
+        if importlib.util.find_spec("wandb") is None:
+            return (
+                "fatal",
+                f"wandb.project is {wb.project!r} but the wandb package is not installed",
+                "pip install wandb, or set wandb.project to null",
+            )
+        return "pass", f"{monitors}; W&B project {wb.project!r} ({wb.mode})"
 
     # -- live --------------------------------------------------------------------------------------
     def backend(self) -> Any:

@@ -199,7 +199,9 @@ class BackgroundUI:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(("127.0.0.1", self.port))
         self.port = sock.getsockname()[1]
-        self._server = uvicorn.Server(uvicorn.Config(create_app(self.runs, self.token), log_level="warning"))
+        self._server = uvicorn.Server(
+            uvicorn.Config(create_app(self.runs, self.token), log_level="warning", lifespan="off")
+        )
         self._thread = threading.Thread(
             target=self._server.run, kwargs={"sockets": [sock]}, daemon=True, name="legorl-ui"
         )
@@ -239,7 +241,7 @@ def serve(
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", port))
     print_fn(f"LEGO-RL UI for {', '.join(runs)}: http://127.0.0.1:{sock.getsockname()[1]}/?token={token}")
-    config = uvicorn.Config(app, log_level=log_level)
+    config = uvicorn.Config(app, log_level=log_level, lifespan="off")  # no startup hooks; a forced exit stays quiet
     try:
         uvicorn.Server(config).run(sockets=[sock])
     finally:
