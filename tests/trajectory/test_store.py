@@ -179,3 +179,34 @@ def test_legacy_jsonl_is_imported(tmp_path):
     ts = chain()
     (tmp_path / "turns.jsonl").write_text("".join(t.model_dump_json() + "\n" for t in ts) + '{"torn')
     assert list(open_run(tmp_path).iter_turns()) == ts
+
+
+def test_resume_abandons_what_the_killed_run_left_past_its_checkpoint(tmp_path):
+    st = RunStore(tmp_path / "run")
+    for sid, step in (("s0a", 0), ("s0b", 0), ("s1a", 1)):  # step 1's rollout was appended, no checkpoint yet
+        for t in chain(sid, 2):
+            st.append_turn(t)
+        st.append_rollout(
+            Rollout(rollout_id=f"r-{sid}", session_id=sid, task_id="t", harness="h", sandbox="x", step=step)
+        )
+    for t in chain("s1b", 1):  # killed mid-rollout: turns, no rollout
+        st.append_turn(t)
+
+    assert st.abandon_unfinished(0, "resumed from the checkpoint of step 0") == ["s1a", "s1b"]
+    assert st.abandon_unfinished(0, "again") == []  # idempotent: the first reason stays
+    assert st.abandoned() == {s: "resumed from the checkpoint of step 0" for s in ("s1a", "s1b")}
+    assert [r.session_id for r in st.iter_rollouts()] == ["s0a", "s0b"]
+    assert [r["session_id"] for r in st.rollout_index(newest_first=False)] == ["s0a", "s0b"]
+    assert {t.session_id for t in st.iter_turns()} == {"s0a", "s0b"} and st.sessions() == ["s0a", "s0b"]
+    # still on disk, for whoever asks
+    assert [r.session_id for r in st.iter_rollouts(include_abandoned=True)] == ["s0a", "s0b", "s1a"]
+    assert len(st.rollout_index(include_abandoned=True)) == 3
+    assert st.sessions(include_abandoned=True) == ["s0a", "s0b", "s1a", "s1b"]
+    assert len(list(st.iter_turns("s1b"))) == 1  # one session asked for by id is returned as is
+
+    # the resumed run redoes step 1 under new sessions: the only copy of step 1
+    st.append_rollout(Rollout(rollout_id="r-s1c", session_id="s1c", task_id="t", harness="h", sandbox="x", step=1))
+    assert [(r.session_id, r.step) for r in st.iter_rollouts()] == [("s0a", 0), ("s0b", 0), ("s1c", 1)]
+    st.close()
+    res = export_run(tmp_path / "run", tmp_path / "out", format="jsonl")
+    assert res["num_turns"] == 4  # s0a and s0b: two turns each

@@ -1,7 +1,7 @@
 """The provenance manifest of a run directory (``manifest.json``): what produced this run.
 
-Written when a run starts (and again on each resume, as ``manifest-resume-<step>.json``): the
-resolved config, the project's git commit (and whether the checkout had uncommitted changes),
+Written when a run starts (and again on each resume, as ``manifest-resume-<step>.json``; ``-2``,
+``-3``... for later resumes from the same step): the resolved config, the project's git commit (and whether the checkout had uncommitted changes),
 package versions, a hash of the model's weight/config/tokenizer files, a hash of the task suite
 (every task record the run may draw from), and the seeds. Hashes are SHA-256 over the sorted
 file names and contents, so two runs from the same inputs agree.

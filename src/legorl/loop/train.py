@@ -84,14 +84,20 @@ async def train(cfg: RunConfig, on_step=None, resume: bool = False) -> list[dict
                 start = int(meta["loop"]["next_step"])
                 rng.setstate(tuple_state(meta["loop"]["task_rng"]))
                 keep_metrics_until(run_dir, int(meta["step"]))  # rows of steps the checkpoint does not hold
+                prune_checkpoints(run_dir, cfg.checkpoint.keep)  # and a save a kill cut short
                 AlertLog(run_dir).keep_until(int(meta["step"]))
+                gone = store.abandon_unfinished(
+                    int(meta["step"]), f"resumed from the checkpoint of step {meta['step']}"
+                )
+                if gone:
+                    log.warning("resume: %d session(s) past the checkpoint marked abandoned", len(gone))
                 await engine.update_weights(trainer.state_dict(), version=trainer.version)
             write_manifest(
                 cfg,
                 run_dir,
                 model_path=stack.model_path,
                 tasks=tasks,
-                name="manifest.json" if ckpt is None else f"manifest-resume-{start:06d}.json",
+                name="manifest.json" if ckpt is None else resume_manifest_name(run_dir, start),
             )
             monitors = Monitors(run_dir, cfg.monitors, read_metrics(run_dir) if ckpt is not None else [])
             for step in range(start, cfg.steps):
@@ -158,6 +164,15 @@ async def train(cfg: RunConfig, on_step=None, resume: bool = False) -> list[dict
         metrics_log.close()
         trainer_logprobs.close()
     return history
+
+
+def resume_manifest_name(run_dir: Path, start: int) -> str:
+    """``manifest-resume-<step>.json``; a second resume from the same step gets ``-2``, ``-3``, ... (each kept)."""
+    name, n = f"manifest-resume-{start:06d}.json", 1
+    while (run_dir / name).exists():
+        n += 1
+        name = f"manifest-resume-{start:06d}-{n}.json"
+    return name
 
 
 def select_tasks(tasks: list, task_ids: list[str]) -> list:

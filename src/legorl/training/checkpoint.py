@@ -108,6 +108,8 @@ def prune_checkpoints(run_dir: str | Path, keep: int) -> None:
     for d in done[: max(0, len(done) - keep)]:
         if d != latest:
             shutil.rmtree(d, ignore_errors=True)
+    for d in root.glob(".tmp-step-*"):  # half-written by a process killed mid-save (never this one's: it renamed)
+        shutil.rmtree(d, ignore_errors=True)
 
 
 def keep_metrics_until(run_dir: str | Path, step: int) -> None:

@@ -85,7 +85,10 @@ CREATE TABLE IF NOT EXISTS samples(
   token_ids BLOB, loss_mask BLOB, rollout_logprobs BLOB, tokens_file TEXT, tokens_row INTEGER
 );
 CREATE INDEX IF NOT EXISTS samples_rollout ON samples(rollout_row, position);
+CREATE TABLE IF NOT EXISTS abandoned(session_id TEXT PRIMARY KEY, reason TEXT NOT NULL, at REAL NOT NULL);
 """
+# Readers skip what a resumed run abandoned (see RunStore.abandon_unfinished) unless asked for it.
+_LIVE = "session_id IS NULL OR session_id NOT IN (SELECT session_id FROM abandoned)"
 
 _TURN_INDEX_COLS = (
     "session_id, thread_id, turn_index, segment_index, kind, segment_kind, dialect, weight_version, prompt_tokens, "
@@ -299,12 +302,13 @@ class RunStore:
         "prompt_ids, output_ids, output_logprobs, tokens_file, tokens_row, id FROM turns"
     )
 
-    def iter_turns(self, session_id: str | None = None) -> Iterator[Turn]:
-        """Turns in record order (of one session: by turn_index)."""
+    def iter_turns(self, session_id: str | None = None, *, include_abandoned: bool = False) -> Iterator[Turn]:
+        """Turns in record order (of one session, abandoned or not: by turn_index)."""
         with self._reading("turns"):
             c = self._conn()
             if session_id is None:
-                rows = c.execute(self._TURN_SELECT + " ORDER BY id").fetchall()
+                live = "" if include_abandoned else f" WHERE {_LIVE}"
+                rows = c.execute(self._TURN_SELECT + live + " ORDER BY id").fetchall()
             else:
                 rows = c.execute(
                     self._TURN_SELECT + " WHERE session_id=? ORDER BY turn_index, id", (session_id,)
@@ -333,9 +337,40 @@ class RunStore:
         with self._reading("the turn index"):
             return [dict(zip(cols, r)) for r in self._conn().execute(q, (session_id,) if session_id else ())]
 
-    def sessions(self) -> list[str]:
+    def sessions(self, *, include_abandoned: bool = False) -> list[str]:
+        live = "" if include_abandoned else f" WHERE {_LIVE}"
         with self._reading("the session ids"):
-            return [r[0] for r in self._conn().execute("SELECT DISTINCT session_id FROM turns ORDER BY session_id")]
+            return [
+                r[0] for r in self._conn().execute(f"SELECT DISTINCT session_id FROM turns{live} ORDER BY session_id")
+            ]
+
+    # -- resume ----------------------------------------------------------------------------------
+    def abandon_unfinished(self, after_step: int, reason: str) -> list[str]:
+        """Mark what a killed run left behind past its checkpoint of ``after_step``: the rollouts of
+        later steps and every session with turns but no rollout (cut mid-rollout). Readers skip them from
+        then on (``include_abandoned`` shows them), so the resumed run's redo of those steps is the only
+        copy: nothing is lost and nothing counted twice. Returns the session ids newly marked."""
+
+        def tx(c: sqlite3.Connection) -> list[str]:
+            later = c.execute("SELECT DISTINCT session_id FROM rollouts WHERE step > ?", (after_step,)).fetchall()
+            orphans = c.execute(
+                "SELECT DISTINCT session_id FROM turns WHERE session_id NOT IN "
+                "(SELECT session_id FROM rollouts WHERE session_id IS NOT NULL)"
+            ).fetchall()
+            done = {r[0] for r in c.execute("SELECT session_id FROM abandoned")}
+            ids = sorted({r[0] for r in (*later, *orphans) if r[0] is not None} - done)
+            c.executemany(
+                "INSERT OR IGNORE INTO abandoned(session_id, reason, at) VALUES (?,?,?)",
+                [(sid, reason, time.time()) for sid in ids],
+            )
+            return ids
+
+        return self._write(tx)
+
+    def abandoned(self) -> dict[str, str]:
+        """Abandoned session id → why."""
+        with self._reading("the abandoned sessions"):
+            return dict(self._conn().execute("SELECT session_id, reason FROM abandoned ORDER BY session_id"))
 
     @contextmanager
     def _reading(self, what: str) -> Iterator[None]:
@@ -428,9 +463,10 @@ class RunStore:
             out.append(Sample.model_validate(d))
         return out
 
-    def iter_rollouts(self) -> Iterator[Rollout]:
+    def iter_rollouts(self, *, include_abandoned: bool = False) -> Iterator[Rollout]:
+        live = "" if include_abandoned else f" WHERE {_LIVE}"
         with self._reading("rollouts"):
-            rows = self._conn().execute("SELECT id, body FROM rollouts ORDER BY id").fetchall()
+            rows = self._conn().execute(f"SELECT id, body FROM rollouts{live} ORDER BY id").fetchall()
         for rowid, body in rows:
             with self._reading(f"rollouts row {rowid}"):
                 r = Rollout.model_validate_json(body)
@@ -462,11 +498,14 @@ class RunStore:
         limit: int = 100,
         offset: int = 0,
         newest_first: bool = True,
+        include_abandoned: bool = False,
     ) -> list[dict[str, Any]]:
         """Index columns of the rollouts (the last row of each id; no samples, diff or logs), filtered:
         ``flag``: a flag kind in ``flag_details`` (``"*"``: any blocking flag); ``after_row``: only rows
         appended after that ``row`` value (live readers)."""
         where = ["r.id = (SELECT max(id) FROM rollouts WHERE rollout_id = r.rollout_id)", "r.id > ?"]
+        if not include_abandoned:
+            where.append("(r.session_id IS NULL OR r.session_id NOT IN (SELECT session_id FROM abandoned))")
         args: list[str | int] = [after_row]
         for col, val in (("status", status), ("task_id", task_id), ("harness", harness), ("step", step)):
             if val is not None:
