@@ -48,24 +48,22 @@ def _share(row: Row, *keys: str) -> tuple[float, int, int] | None:
     return n / count, n, count
 
 
+def _share_of_rollouts(what: str, *keys: str) -> Callable[[list[Row], float], str | None]:
+    """A check on the share of the last step's rollouts counted by ``keys`` (``what`` they did)."""
+
+    def check(rows: list[Row], limit: float) -> str | None:
+        s = _share(rows[-1], *keys)
+        if s and s[0] > limit:
+            return f"{s[1]} of {s[2]} rollouts {what} ({s[0]:.0%} > {limit:.0%})"
+        return None
+
+    return check
+
+
 def _mismatch(rows: list[Row], limit: float) -> str | None:
     p = rows[-1].get("mismatch/pearson")
     if isinstance(p, float) and math.isfinite(p) and p < limit:
         return f"Pearson {p:.4f} between engine and trainer logprobs (< {limit:g})"
-    return None
-
-
-def _env_failures(rows: list[Row], limit: float) -> str | None:
-    s = _share(rows[-1], "rollout/status_env_failure", "rollout/status_harness_error")
-    if s and s[0] > limit:
-        return f"{s[1]} of {s[2]} rollouts failed outside the policy ({s[0]:.0%} > {limit:.0%})"
-    return None
-
-
-def _hack_flags(rows: list[Row], limit: float) -> str | None:
-    s = _share(rows[-1], "rollout/flagged")
-    if s and s[0] > limit:
-        return f"{s[1]} of {s[2]} rollouts flagged ({s[0]:.0%} > {limit:.0%})"
     return None
 
 
@@ -120,24 +118,23 @@ def _slow_rollouts(rows: list[Row], limit: float) -> str | None:
     return None
 
 
-def _stuck_sandboxes(rows: list[Row], limit: float) -> str | None:
-    s = _share(rows[-1], "rollout/status_timeout")
-    if s and s[0] > limit:
-        return f"{s[1]} of {s[2]} rollouts ran into the wall-clock limit ({s[0]:.0%} > {limit:.0%})"
-    return None
-
-
 # monitor (a RunConfig.monitors field) → (title, check(rows, threshold) → detail or None)
 CHECKS: dict[str, tuple[str, Callable[[list[Row], float], str | None]]] = {
     "mismatch": ("rollout/trainer mismatch", _mismatch),
-    "env_failures": ("environment failures", _env_failures),
-    "hack_flags": ("reward-hack flags", _hack_flags),
+    "env_failures": (
+        "environment failures",
+        _share_of_rollouts("failed outside the policy", "rollout/status_env_failure", "rollout/status_harness_error"),
+    ),
+    "hack_flags": ("reward-hack flags", _share_of_rollouts("flagged", "rollout/flagged")),
     "forks": ("sample forks", _forks),
     "zero_signal": ("no learning signal", _zero_signal),
     "reward_collapse": ("reward collapse", _reward_collapse),
     "length_blowup": ("length blow-up", _length_blowup),
     "slow_rollouts": ("rollout-time outliers", _slow_rollouts),
-    "stuck_sandboxes": ("stuck sandboxes", _stuck_sandboxes),
+    "stuck_sandboxes": (
+        "stuck sandboxes",
+        _share_of_rollouts("ran into the wall-clock limit", "rollout/status_timeout"),
+    ),
 }
 
 
