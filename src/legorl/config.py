@@ -186,7 +186,8 @@ class CheckpointConfig(_Strict):
     every: int = Field(
         0,
         ge=0,
-        description="Write a checkpoint every K training steps (0: only after the last step); see legorl.training.checkpoint.",
+        description="Write a checkpoint every K training steps (0: only after the last step), and whenever the run "
+        "pauses or stops; see legorl.training.checkpoint.",
     )
     keep: int = Field(2, ge=1, description="Complete checkpoints kept (the oldest are removed).")
 

@@ -104,6 +104,7 @@ def test_env_failure_burst_pauses_the_run_until_resumed(tmp_path, monkeypatch):
         time.sleep(0.2)
     time.sleep(3.0)  # the run holds: no second step while paused
     assert len(read_metrics(run)) == 1 and len(attempts) == 2 and worker.is_alive()
+    assert (run / "checkpoints" / "latest").read_text() == "step-000000", "a paused run holds a checkpoint"
     s = run_summary(run)
     assert s.state == "paused" and "environment failures" in s.state_reason and "monitor:env_failures" in s.state_reason
     status = subprocess.run(

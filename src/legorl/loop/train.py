@@ -139,14 +139,16 @@ async def train(cfg: RunConfig, on_step=None, resume: bool = False) -> list[dict
                 )
                 metrics.update({f"batch/dropped_{k}": v for k, v in batch.dropped.items()})
                 metrics_log.log(step, metrics)
+                acting = []  # alerts whose action pauses or stops the run (stop last: it wins)
                 for alert in sorted(monitors.after_step({"step": step, **metrics}), key=lambda a: a.level == "stop"):
                     log.warning("alert [%s] %s: %s", alert.level, alert.what, alert.detail)
                     if alert.level in ("pause", "stop"):
-                        state: RunState = "paused" if alert.level == "pause" else "stop"
-                        write_control(run_dir, state, f"{alert.what}: {alert.detail}", by=f"monitor:{alert.monitor}")
-                stopping = read_control(run_dir).state == "stop"
+                        acting.append(alert)
+                # a paused or stopping run holds a checkpoint of this step (written before it says so), so
+                # stopping from a pause and `train --resume` continue here whatever checkpoint.every says
+                held = bool(acting) or read_control(run_dir).state != "running"
                 every = cfg.checkpoint.every
-                if (every and (step + 1) % every == 0) or step == cfg.steps - 1 or stopping:
+                if (every and (step + 1) % every == 0) or step == cfg.steps - 1 or held:
                     await asyncio.to_thread(
                         save_checkpoint,
                         run_dir,
@@ -157,6 +159,9 @@ async def train(cfg: RunConfig, on_step=None, resume: bool = False) -> list[dict
                         str(stack.model_path) if stack.model_path else None,
                     )
                     prune_checkpoints(run_dir, cfg.checkpoint.keep)
+                for alert in acting:
+                    state: RunState = "paused" if alert.level == "pause" else "stop"
+                    write_control(run_dir, state, f"{alert.what}: {alert.detail}", by=f"monitor:{alert.monitor}")
                 history.append({"step": step, **metrics})
                 if on_step is not None:
                     on_step(step, metrics)
