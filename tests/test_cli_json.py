@@ -167,3 +167,7 @@ def test_no_json_prints_figures_not_a_dict_repr(capsys):
 def test_bench_trainer_json():
     out = _bench("trainer", ["--samples", "2", "--tokens", "48", "--steps", "1"])
     assert out["samples"] == 2 and len(out["ours_steps_s"]) == 1 and out["ours_s"] > 0
+    # the TRL baseline ran the same step: same batch, same weights, so the same gradient
+    assert len(out["trl_steps_s"]) == 1 and out["trl_s"] > 0
+    assert out["ratio"] == pytest.approx(out["ours_s"] / out["trl_s"])
+    assert out["grad_norm_ours"] > 0 and out["grad_norm_rel_diff"] < 1e-3

@@ -521,13 +521,19 @@ def bench_trainer(
     tokens: int = typer.Option(94, help="Tokens per sample."),
     steps: int = typer.Option(5, help="Timed steps (after one warm-up); the median is reported."),
     set_: list[str] = typer.Option([], "--set", help="Trainer field: --set ppo_epochs=2 (JSON values; repeatable)."),
+    trl: bool = typer.Option(
+        True, "--trl/--no-trl", help="Also time TRL's GRPOTrainer (GSPO) on the same batch (needs legorl[bench])."
+    ),
     as_json: bool = typer.Option(True, "--json/--no-json", help=keys_help("trainer")),
 ) -> None:
-    """Wall time of one GSPO step on `samples` x `tokens` tokens (ours_s: median of the timed steps)."""
+    """Wall time of one GSPO step on `samples` x `tokens` tokens, ours against TRL's GRPOTrainer with
+    sequence-level importance sampling (medians of alternating timed steps; ratio = ours_s / trl_s)."""
     from legorl.bench.trainer import run_trainer_bench
 
     try:
-        result = run_trainer_bench(model=model, samples=samples, tokens=tokens, steps=steps, overrides=_overrides(set_))
+        result = run_trainer_bench(
+            model=model, samples=samples, tokens=tokens, steps=steps, overrides=_overrides(set_), compare_trl=trl
+        )
     except LegoRLError as exc:
         _fail(exc)
     _print_result(result, as_json)

@@ -60,6 +60,14 @@ RESULT_KEYS: dict[str, tuple[str, ...]] = {
         "trainer",
         "last_step",
         "peak_rss_mb",
+        # with TRL (the default; --no-trl leaves these out)
+        "trl_s",
+        "trl_steps_s",
+        "ratio",
+        "trl_version",
+        "grad_norm_ours",
+        "grad_norm_trl",
+        "grad_norm_rel_diff",
     ),
     # legorl.bench.rollout.run_rollout_bench
     "rollout": (

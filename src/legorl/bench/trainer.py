@@ -1,4 +1,4 @@
-"""Trainer benchmark: wall time of one GSPO step (``legorl bench trainer``).
+"""Trainer benchmark: wall time of one GSPO step, ours against TRL's (``legorl bench trainer``).
 
 The workload of the issue: ``samples`` sequences of ``tokens`` tokens each (a prompt of
 ``prompt_tokens`` context tokens, the rest sampled and loss-masked), advantages ±1, on the embedded
@@ -6,19 +6,32 @@ model (SmolLM2-135M by default) in fp32 on CPU. Token ids are drawn from a seede
 "rollout" logprobs are the model's own (one no-grad pass at setup), so the TIS weights are 1 as on
 a faithful engine. One untimed warm-up step, then ``steps`` timed ones; reported: the median
 (``ours_s``), every step's time, peak RSS.
+
+The baseline (``trl_s``): TRL's ``GRPOTrainer`` with ``importance_sampling_level="sequence"`` (GSPO),
+the same clip range, learning rate and gradient clip, on the identical batch (same model weights,
+prompt/completion split, advantages, torch threads): its ``compute_loss``, backward, gradient clip
+and optimiser step — generation and reward scoring, which TRL would do first, are not timed. The
+two trainers hold separate copies of the model and their steps alternate, so machine noise falls
+on both alike. ``grad_norm_rel_diff`` (first step, identical weights) shows both computed the same
+gradient. ``ratio = ours_s / trl_s``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
+import logging
 import resource
 import statistics
 import sys
+import tempfile
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 
-__all__ = ["make_samples", "run_trainer_bench"]
+__all__ = ["TrlStep", "make_samples", "run_trainer_bench"]
 
 
 def _peak_rss_mb() -> float:
@@ -56,6 +69,84 @@ def make_samples(model: Any, samples: int, tokens: int, prompt_tokens: int, seed
     return out
 
 
+def _no_reward(completions: list[Any], **_: Any) -> list[float | None]:
+    """TRL requires a reward function; the bench's batch already carries its advantages."""
+    return [0.0] * len(completions)
+
+
+class TrlStep:
+    """One TRL ``GRPOTrainer`` GSPO step (loss, backward, clip, optimiser) on a fixed batch."""
+
+    def __init__(self, model: Any, tokenizer: Any, samples: Sequence[Any], prompt_tokens: int, cfg: Any) -> None:
+        try:
+            from datasets import Dataset
+            from trl import GRPOConfig, GRPOTrainer
+        except ImportError as exc:
+            from legorl.errors import ConfigError
+
+            raise ConfigError(
+                "bench trainer: TRL is not installed (pip install 'legorl[bench]'), or pass --no-trl"
+            ) from exc
+        n = len(samples)
+        prompt = torch.tensor([s.token_ids[:prompt_tokens] for s in samples], dtype=torch.long)
+        completion = torch.tensor([s.token_ids[prompt_tokens:] for s in samples], dtype=torch.long)
+        self.inputs = {
+            "prompt_ids": prompt,
+            "prompt_mask": torch.ones_like(prompt),
+            "completion_ids": completion,
+            "completion_mask": torch.ones_like(completion),
+            "advantages": torch.tensor([float(s.advantage) for s in samples], dtype=torch.float32),
+        }
+        self._tmp = tempfile.TemporaryDirectory(prefix="legorl-trl-")
+        args = GRPOConfig(
+            output_dir=self._tmp.name,
+            per_device_train_batch_size=n,
+            num_generations=n,
+            importance_sampling_level="sequence",
+            loss_type="grpo",  # sequence level: the mean over samples of each sample's clipped term
+            beta=0.0,
+            epsilon=cfg.eps_low,
+            epsilon_high=cfg.eps_high,
+            learning_rate=cfg.lr,
+            weight_decay=0.0,
+            max_grad_norm=cfg.grad_clip,
+            max_completion_length=completion.shape[1],
+            use_cpu=True,
+            bf16=False,
+            report_to=[],
+            save_strategy="no",
+            disable_tqdm=True,
+        )
+        with contextlib.redirect_stdout(io.StringIO()):
+            self.trainer = GRPOTrainer(
+                model=model,
+                reward_funcs=_no_reward,
+                args=args,
+                train_dataset=Dataset.from_dict({"prompt": [""] * n}),
+                processing_class=tokenizer,
+            )
+        self.trainer.create_optimizer_and_scheduler(num_training_steps=1_000)
+        # what Trainer.train sets before its first training_step (no gradient accumulation here)
+        self.trainer.current_gradient_accumulation_steps = 1
+        assert self.trainer.model is not None and self.trainer.optimizer is not None
+        self.model: torch.nn.Module = self.trainer.model
+        self.optimizer: torch.optim.Optimizer = self.trainer.optimizer
+        self.max_grad_norm = cfg.grad_clip
+
+    def step(self) -> float:
+        """One optimiser step; returns the gradient norm before clipping."""
+        self.model.eval()  # as ours: no dropout (SmolLM2 has none; TRL reads the mode only for logging)
+        loss = self.trainer.compute_loss(self.model, self.inputs)
+        self.trainer.accelerator.backward(loss)
+        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.max_grad_norm)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return float(norm)
+
+    def close(self) -> None:
+        self._tmp.cleanup()
+
+
 def run_trainer_bench(
     model: str = "smollm2-135m",
     samples: int = 16,
@@ -63,10 +154,11 @@ def run_trainer_bench(
     prompt_tokens: int = 40,
     steps: int = 5,
     overrides: dict[str, Any] | None = None,
+    compare_trl: bool = True,
 ) -> dict[str, Any]:
     from legorl.config import TrainerConfig
     from legorl.errors import ConfigError
-    from legorl.models.registry import load_model
+    from legorl.models.registry import load_model, load_tokenizer
     from legorl.training.trainer import Trainer
 
     if not 0 <= prompt_tokens < tokens:
@@ -76,13 +168,24 @@ def run_trainer_bench(
     data = make_samples(m, samples, tokens, prompt_tokens)
     cfg = TrainerConfig(**(overrides or {}))
     trainer = Trainer(m, cfg)
-    trainer.step(data)  # warm-up (allocator, optimizer state)
-    times = []
+    trl: TrlStep | None = None
+    if compare_trl:
+        logging.getLogger("trl").setLevel(logging.ERROR)
+        trl = TrlStep(load_model(model), load_tokenizer(model), data, prompt_tokens, cfg)
+    # warm-up (allocator, optimizer state); on identical weights, so the gradients must agree
+    first = trainer.step(data)
+    trl_first_norm = trl.step() if trl else None
+    times: list[float] = []
+    trl_times: list[float] = []
     last: dict[str, Any] = {}
-    for _ in range(steps):
+    for _ in range(steps):  # alternate, so machine noise falls on both
         t0 = time.perf_counter()
         last = trainer.step(data)
         times.append(time.perf_counter() - t0)
+        if trl is not None:
+            t0 = time.perf_counter()
+            trl.step()
+            trl_times.append(time.perf_counter() - t0)
     result: dict[str, Any] = {
         "model": model,
         "samples": samples,
@@ -94,6 +197,22 @@ def run_trainer_bench(
         "threads": torch.get_num_threads(),
         "trainer": cfg.model_dump(),
         "last_step": {k: v for k, v in last.items() if k.startswith(("train/", "time/"))},
-        "peak_rss_mb": round(_peak_rss_mb(), 1),
+        "peak_rss_mb": round(_peak_rss_mb(), 1),  # both trainers' models are resident
     }
+    if trl is not None and trl_first_norm is not None:
+        import trl as trl_pkg
+
+        ours_norm = float(first["train/grad_norm"])
+        result.update(
+            {
+                "trl_s": statistics.median(trl_times),
+                "trl_steps_s": [round(t, 3) for t in trl_times],
+                "ratio": statistics.median(times) / statistics.median(trl_times),
+                "trl_version": trl_pkg.__version__,
+                "grad_norm_ours": ours_norm,
+                "grad_norm_trl": trl_first_norm,
+                "grad_norm_rel_diff": abs(ours_norm - trl_first_norm) / max(abs(trl_first_norm), 1e-12),
+            }
+        )
+        trl.close()
     return result
