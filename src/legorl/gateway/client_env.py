@@ -42,6 +42,7 @@ def client_envs(root_url: str, api_key: str, model: str) -> list[ClientEnv]:
     budget = Budget()
     harness: dict[str, ClientEnv] = {
         "minimal": ClientEnv("minimal", openai_env, "python -m legorl.harnesses.minimal_agent --issue-file FILE"),
+        "line-fix": ClientEnv("line-fix", openai_env, "python -m legorl.harnesses.line_agent --issue-file FILE"),
         "command": ClientEnv("command", openai_env, "any program reading $OPENAI_BASE_URL / $OPENAI_API_KEY"),
         "mini-swe-agent": ClientEnv(
             "mini-swe-agent",

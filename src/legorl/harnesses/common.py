@@ -120,6 +120,42 @@ def launch_script(
     return "\n".join(line for line in lines if line)
 
 
+def run_python_agent(
+    sandbox: Sandbox,
+    module: str,
+    args: list[str],
+    *,
+    issue: str,
+    budget: Budget,
+    base_url: str,
+    session_token: str,
+    max_output_bytes: int,
+) -> ExecResult:
+    """Run a first-party agent program (``python -m module``, the project's own interpreter, which has
+    the ``openai`` client) against the gateway: the issue file and root are given, the token travels
+    in the OpenAI SDK's own environment variable, never on argv."""
+    import sys
+
+    argv = [
+        sys.executable,
+        "-m",
+        module,
+        f"--base-url={base_url}",
+        f"--issue-file={ISSUE_PATH}",
+        f"--root={WORKSPACE}",
+        *args,
+        f"--temperature={budget.temperature}",
+    ]
+    return run_program(
+        sandbox,
+        argv,
+        issue=issue,
+        budget=budget,
+        env={"OPENAI_API_KEY": session_token},
+        max_output_bytes=max_output_bytes,
+    )
+
+
 def run_program(
     sandbox: Sandbox,
     argv: list[str],

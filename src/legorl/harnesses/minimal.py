@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import sys
-
 from legorl.harnesses.base import Budget, HarnessEnding, HarnessInstall, HarnessResult
-from legorl.harnesses.common import ISSUE_PATH, last_json_line, run_program
+from legorl.harnesses.common import last_json_line, run_python_agent
 from legorl.sandbox.base import ExecResult, Sandbox
 from legorl.tasks.model import Task
 
@@ -16,24 +14,14 @@ class MinimalHarness:
     install = HarnessInstall()  # runs with the project's own interpreter (openai is a dependency)
 
     def launch(self, task: Task, sandbox: Sandbox, base_url: str, session_token: str, budget: Budget) -> ExecResult:
-        cmd = [
-            sys.executable,
-            "-m",
-            "legorl.harnesses.minimal_agent",
-            f"--base-url={base_url}",
-            f"--issue-file={ISSUE_PATH}",
-            "--root=/workspace",
-            f"--max-turns={budget.max_turns}",
-            f"--max-tokens={budget.max_tokens_per_turn}",
-            f"--temperature={budget.temperature}",
-        ]
-        # The token travels in the environment (the OpenAI SDK's own variable), never on argv.
-        return run_program(
+        return run_python_agent(
             sandbox,
-            cmd,
+            "legorl.harnesses.minimal_agent",
+            [f"--max-turns={budget.max_turns}", f"--max-tokens={budget.max_tokens_per_turn}"],
             issue=task.problem_statement,
             budget=budget,
-            env={"OPENAI_API_KEY": session_token},
+            base_url=base_url,
+            session_token=session_token,
             max_output_bytes=200_000,
         )
 

@@ -20,6 +20,7 @@ HARNESSES: dict[str, tuple[str, str]] = {
     "claude-code": ("legorl.harnesses.claude_code", "ClaudeCodeHarness"),
     "opencode": ("legorl.harnesses.opencode", "OpenCodeHarness"),
     "opencode-responses": ("legorl.harnesses.opencode", "OpenCodeHarness"),
+    "line-fix": ("legorl.harnesses.line_fix", "LineFixHarness"),
 }
 # Options a harness id implies (the same class configured differently).
 DEFAULT_OPTIONS: dict[str, dict] = {

@@ -75,6 +75,8 @@ def fix_files(task: Any, wrong: bool = False) -> dict[str, str]:
 def gold_policy(harness: Any, task: Any, wrong: bool = False) -> Policy:
     """A policy that makes ``harness`` run the gold (or a wrong) fix and finish."""
     replies = harness.scripted_replies(fix_command(task, wrong)) if hasattr(harness, "scripted_replies") else None
+    if replies is None and hasattr(harness, "gold_replies"):  # harnesses whose answer is not a command
+        replies = harness.gold_replies(task, wrong)
     if replies is None and getattr(harness, "name", "") == "minimal":
         blocks = "\n".join(f"{rel}\n```python\n{text}```" for rel, text in fix_files(task, wrong).items())
         replies = [f"Here is the fix.\n{blocks}\n"]

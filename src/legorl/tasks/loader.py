@@ -13,6 +13,9 @@ runnable tasks, the repository at its base state, either as
   project share one base; the built-in suites keep theirs in ``suites/_bases/<project>/``.
   ``legorl tasks author`` writes such task dirs (:mod:`legorl.tasks.author`).
 
+Generated suites (``oneline-train``, ``oneline-heldout``: :mod:`legorl.tasks.oneline`) are written
+once under ``$LEGORL_HOME/tasks/generated/`` and loaded as record files.
+
 A *suite dir* holds task dirs. Record files: ``.jsonl`` (one record a line), ``.json`` (a list, a
 single record, or ``{"tasks": [...]}``) and ``.parquet`` (SWE-bench's own format; needs pyarrow).
 """
@@ -51,11 +54,23 @@ ALL_BUILTIN = "builtin"  # pseudo-suite: every built-in suite, easiest tier firs
 _TIER_ORDER = ("trivial", "easy", "medium")
 
 
+def generated_suites() -> list[str]:
+    """Names of the suites generated on first use (:mod:`legorl.tasks.oneline`)."""
+    from legorl.tasks.oneline import SUITES
+
+    return list(SUITES)
+
+
 def load_suite(name_or_path: str | Path) -> list[Task]:
-    """Tasks of a built-in suite name (or ``"builtin"``: all of them), a suite/task directory, or a
+    """Tasks of a built-in suite name (or ``"builtin"``: all of them), a generated suite
+    (``oneline-train``, ``oneline-heldout``), a suite/task directory, or a
     ``.jsonl``/``.json``/``.parquet`` file."""
     if isinstance(name_or_path, str) and name_or_path in builtin_suites():
         return _load_suite_dir(BUILTIN_SUITES_DIR / name_or_path)
+    if isinstance(name_or_path, str) and name_or_path in generated_suites():
+        from legorl.tasks.oneline import suite_path
+
+        return load_suite(suite_path(name_or_path))
     if name_or_path == ALL_BUILTIN:
         suites = sorted(builtin_suites(), key=lambda s: (_TIER_ORDER.index(s) if s in _TIER_ORDER else 99, s))
         if not suites:
@@ -91,7 +106,14 @@ def get_task(instance_id: str) -> Task:
         for task in load_suite(suite):
             if task.instance_id == instance_id:
                 return task
-    raise TaskError(f"no built-in task {instance_id!r} (suites: {', '.join(builtin_suites()) or 'none'})")
+    for suite in generated_suites():
+        if instance_id.startswith(f"legorl__{suite.rsplit('-', 1)[0]}-"):
+            for task in load_suite(suite):
+                if task.instance_id == instance_id:
+                    return task
+    raise TaskError(
+        f"no built-in task {instance_id!r} (suites: {', '.join(builtin_suites() + generated_suites()) or 'none'})"
+    )
 
 
 def load_task_dir(task_dir: Path) -> Task:
