@@ -161,6 +161,10 @@ class TrainerConfig(_Strict):
         ge=16,
         description="Padded tokens (rows x longest row) per forward pass: a mini-batch is split into forward passes of at most this size (gradients accumulate). Activation memory grows with it (about 1 MB per token for SmolLM2-135M).",
     )
+    packing: bool = Field(
+        False,
+        description="Pack a forward pass's samples end to end into one row (no padding; a block-diagonal causal mask keeps them apart) instead of right-padding them into a [rows, longest] block: worth it when sample lengths vary widely.",
+    )
     loss_aggregation: Literal["sample_mean", "token_mean"] = Field(
         "sample_mean",
         description="sample_mean: every sample weighs the same; token_mean: every sampled token does (see legorl.training.gspo).",

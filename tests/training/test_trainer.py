@@ -128,6 +128,32 @@ def test_plan_forward_passes_bounds_padded_tokens():
     assert plan_forward_passes(lengths, 10_000) == [[1, 2, 3, 0, 4]]
 
 
+def test_plan_forward_passes_packed_bounds_real_tokens():
+    lengths = [10, 40, 20, 20, 5]
+    passes = plan_forward_passes(lengths, 45, packing=True)
+    assert sorted(i for p in passes for i in p) == [0, 1, 2, 3, 4]
+    assert all(sum(lengths[i] for i in p) <= 45 for p in passes)
+    assert passes == [[1, 4], [2, 3], [0]]  # first fit, longest first
+    assert plan_forward_passes([50], 45, packing=True) == [[0]]  # a sample longer than a pass gets its own
+
+
+def test_packing_does_not_change_the_update():
+    """Packed or padded forwards give the same step (loss, weights), without padding."""
+    results = []
+    for packing in (False, True):
+        model = _model()
+        w0 = _weights(model).clone()
+        trainer = Trainer(model, TrainerConfig(lr=1e-3, packing=packing))
+        trainer.optimizer = _sgd(model)
+        m = trainer.step(_samples(model))
+        results.append((m, _weights(model) - w0))
+    (m_pad, w_pad), (m_pack, w_pack) = results
+    assert m_pack["train/padding_frac"] == 0.0 and m_pad["train/padding_frac"] > 0
+    assert m_pack["train/loss"] == pytest.approx(m_pad["train/loss"], abs=1e-6)
+    assert m_pack["mismatch/max_abs_diff"] < 1e-4
+    assert w_pad.abs().max() > 1e-5 and torch.allclose(w_pad, w_pack, atol=1e-8, rtol=1e-4)
+
+
 def test_one_step_reuses_the_training_forward_and_matches_a_hand_computed_loss():
     model = _model()
     samples = _samples(model)

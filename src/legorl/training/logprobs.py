@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from torch.utils.checkpoint import checkpoint
 
-__all__ = ["compute_token_logprobs", "compute_token_logprobs_batch"]
+__all__ = ["compute_token_logprobs", "compute_token_logprobs_batch", "compute_token_logprobs_packed"]
 
 
 def _as_ids(token_ids: Sequence[int] | torch.Tensor, device: torch.device) -> torch.Tensor:
@@ -150,3 +150,53 @@ def compute_token_logprobs_batch(
         parts.append(torch.log_softmax(logits / temperature, dim=-1).gather(-1, ids[:, 1:, None])[..., 0])
     lp = torch.cat(parts, dim=1)
     return [lp[i, : lens[i]] for i in range(len(seqs))]
+
+
+def compute_token_logprobs_packed(
+    model: Any,
+    sequences: Sequence[Sequence[int] | torch.Tensor],
+    temperature: float = 1.0,
+    chunk_size: int = 1024,
+) -> list[torch.Tensor]:
+    """Several sequences packed end to end into one row: no padding at all.
+
+    Each sequence's position ids restart at 0 and no 2D attention mask is passed, which is how
+    transformers recognises packed sequences: its mask builder gives every token a causal view of
+    its own sequence only (a block-diagonal causal mask). Predictions across a boundary are dropped.
+    Returns what :func:`compute_token_logprobs_batch` returns (one ``[len_i]`` tensor per sequence,
+    ``[0] = 0.0``, differentiable under grad), equal up to float rounding; the LM head runs over
+    ``chunk_size`` positions at a time, as there. Needs a model with ``get_decoder`` and
+    ``get_output_embeddings`` (every causal LM of transformers has them).
+    """
+    p = next(model.parameters())
+    seqs = [_as_ids(s, p.device) for s in sequences]
+    if not seqs:
+        return []
+    if temperature is None or temperature <= 0:
+        temperature = 1.0
+    lens = [int(s.shape[0]) for s in seqs]
+    ids = torch.cat(seqs)[None]
+    positions = torch.cat([torch.arange(n, device=p.device) for n in lens])[None]
+    total = ids.shape[1]
+    if total <= 1:
+        return [torch.zeros(n, dtype=torch.float32, device=p.device) for n in lens]
+    hidden = model.get_decoder()(input_ids=ids, position_ids=positions, attention_mask=None, use_cache=False)
+    hidden = hidden.last_hidden_state[:, :-1]
+    targets = ids[:, 1:]
+    head = model.get_output_embeddings()
+    use_ckpt = torch.is_grad_enabled() and hidden.requires_grad
+    chunk_size = max(1, int(chunk_size))
+    parts = []
+    for c in range(0, total - 1, chunk_size):
+        h, t = hidden[:, c : c + chunk_size], targets[:, c : c + chunk_size]
+        if use_ckpt:
+            parts.append(checkpoint(_head_logprobs, h, t, head, temperature, use_reentrant=False))
+        else:
+            parts.append(_head_logprobs(h, t, head, temperature))
+    lp = torch.cat(parts, dim=1)[0]  # lp[j] = log p(ids[j+1] | its sequence's prefix), j < total-1
+    zero = torch.zeros(1, dtype=torch.float32, device=p.device)
+    out, start = [], 0
+    for n in lens:
+        out.append(torch.cat([zero, lp[start : start + n - 1]]) if n > 0 else zero[:0])
+        start += n
+    return out

@@ -12,6 +12,8 @@ batch:
 3. runs each mini-batch as few forward passes as ``forward_tokens`` allows: samples sorted by
    length, right-padded into ``[rows, longest]`` blocks, gradients accumulated across blocks
    (the loss is normalised by the mini-batch's totals, so the split does not change the step);
+   with ``packing``, samples are instead packed end to end into one row per pass (no padding; a
+   block-diagonal causal mask keeps them apart: :func:`compute_token_logprobs_packed`);
    the LM head is chunked over positions (:func:`compute_token_logprobs_batch`), so full-vocabulary
    logits exist for ``chunk_size`` positions at a time;
 4. samples without a gradient (zero advantage, or ``monitor``) are scored without grad for the
@@ -35,7 +37,7 @@ import torch
 
 from legorl.config import TrainerConfig
 from legorl.training.gspo import LossConfig, aggregate_losses, mismatch_stats, needs_old_recompute, sample_loss
-from legorl.training.logprobs import compute_token_logprobs_batch
+from legorl.training.logprobs import compute_token_logprobs_batch, compute_token_logprobs_packed
 from legorl.trajectory.records import Sample
 
 __all__ = ["Trainer", "lr_factor", "plan_forward_passes"]
@@ -58,11 +60,23 @@ def lr_factor(step_index: int, warmup_steps: int, schedule: str, total_steps: in
     raise ValueError(f"unknown lr schedule {schedule!r}")
 
 
-def plan_forward_passes(lengths: Sequence[int], forward_tokens: int) -> list[list[int]]:
-    """Indices into ``lengths`` grouped into forward passes: longest first, each pass as many rows
-    as keep ``rows × longest_row <= forward_tokens`` (at least one row)."""
+def plan_forward_passes(lengths: Sequence[int], forward_tokens: int, packing: bool = False) -> list[list[int]]:
+    """Indices into ``lengths`` grouped into forward passes, longest first. Padded: each pass as many
+    rows as keep ``rows × longest_row <= forward_tokens``. Packed (one row of sequences end to end):
+    first-fit decreasing, each pass's summed lengths ``<= forward_tokens``. At least one sample a pass."""
     order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
     passes: list[list[int]] = []
+    if packing:
+        room: list[int] = []
+        for i in order:
+            k = next((k for k, r in enumerate(room) if lengths[i] <= r), None)
+            if k is None:
+                passes.append([i])
+                room.append(forward_tokens - lengths[i])
+            else:
+                passes[k].append(i)
+                room[k] -= lengths[i]
+        return passes
     for i in order:
         if passes and (len(passes[-1]) + 1) * lengths[passes[-1][0]] <= forward_tokens:
             passes[-1].append(i)
@@ -123,6 +137,10 @@ class Trainer:
 
     # -- scoring ---------------------------------------------------------------------------------
     def _logprobs(self, model: torch.nn.Module, samples: Sequence[Sample]) -> list[torch.Tensor]:
+        if self.cfg.packing:
+            return compute_token_logprobs_packed(
+                model, [s.token_ids for s in samples], temperature=self.temperature, chunk_size=self.cfg.chunk_size
+            )
         return compute_token_logprobs_batch(
             model,
             [s.token_ids for s in samples],
@@ -135,11 +153,14 @@ class Trainer:
         """No-grad logprobs on each sample's loss-masked tokens, in as few forwards as allowed."""
         out: list[torch.Tensor] = [torch.empty(0)] * len(samples)
         with torch.no_grad():
-            for part in plan_forward_passes([len(s.token_ids) for s in samples], self.cfg.forward_tokens):
+            for part in self._plan([len(s.token_ids) for s in samples]):
                 lps = self._logprobs(model, [samples[i] for i in part])
                 for i, lp in zip(part, lps):
                     out[i] = lp[_mask(samples[i])]
         return out
+
+    def _plan(self, lengths: Sequence[int]) -> list[list[int]]:
+        return plan_forward_passes(lengths, self.cfg.forward_tokens, packing=self.cfg.packing)
 
     def step_logprobs(self, sample: Sample) -> list[float] | None:
         """The last :meth:`step`'s pre-update logprob of every token of ``sample`` (0.0 where the
@@ -248,14 +269,15 @@ class Trainer:
         loss_value = 0.0
         fid: list[torch.Tensor] = [torch.empty(0)] * len(mb)
         lengths = [len(s.token_ids) for s in mb]
-        for part in plan_forward_passes(lengths, self.cfg.forward_tokens):
+        for part in self._plan(lengths):
             rows = [mb[i] for i in part]
             lps = self._logprobs(self.model, rows)
             refs: list[torch.Tensor | None] = [None] * len(rows)
             if self.reference is not None:
                 refs = list(self._score(self.reference, rows))
             stats.forward_passes += 1
-            stats.padded_tokens += len(rows) * max(lengths[i] for i in part)
+            longest = max(lengths[i] for i in part)
+            stats.padded_tokens += sum(lengths[i] for i in part) if self.cfg.packing else len(rows) * longest
             stats.real_tokens += sum(lengths[i] for i in part)
             losses = []
             for j, (i, s) in enumerate(zip(part, rows)):
