@@ -171,3 +171,37 @@ def test_bench_trainer_json():
     assert len(out["trl_steps_s"]) == 1 and out["trl_s"] > 0
     assert out["ratio"] == pytest.approx(out["ours_s"] / out["trl_s"])
     assert out["grad_norm_ours"] > 0 and out["grad_norm_rel_diff"] < 1e-3
+
+
+@pytest.mark.slow
+@pytest.mark.sandbox
+def test_bench_learn_json(tmp_path):
+    """The CI smoke of the learning benchmark: 2 steps of both runs, a tiny held-out evaluation."""
+    out = _bench(
+        "learn",
+        [
+            "--out",
+            str(tmp_path),
+            "--set",
+            "steps=2",
+            "--set",
+            "tasks_per_step=1",
+            "--set",
+            "group_size=2",
+            "--set",
+            "eval.samples=2",
+            "--set",
+            'eval.task_ids=["legorl__oneline-heldout-001", "legorl__oneline-heldout-002"]',
+        ],
+    )
+    assert out["steps"] == 2 and [s for s, _ in out["reward_curve"]] == [0, 1]
+    assert out["heldout_samples_before"] == out["heldout_samples_after"] == 4
+    assert out["heldout_diff"] == pytest.approx(out["heldout_after"] - out["heldout_before"])
+    assert 0.0 <= out["p_value"] <= 1.0 and 0.0 <= out["control_after"] <= 1.0
+    assert (tmp_path / "reward_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    control = json.loads((tmp_path / "control" / "config.json").read_text())
+    assert control["trainer"]["flip_advantages"] is True and control["eval"]["before"] is False
+    for arm, phases in (("policy", ("before", "after")), ("control", ("after",))):
+        for phase in phases:
+            assert (tmp_path / arm / "eval" / f"{phase}.json").is_file()
+    assert json.loads((tmp_path / "bench_learn.json").read_text())["steps"] == 2

@@ -539,6 +539,26 @@ def bench_trainer(
     _print_result(result, as_json)
 
 
+@bench_app.command("learn")
+def bench_learn(
+    config: Path | None = typer.Option(None, help="Run config with an eval section (default: configs/learn.json)."),
+    out: Path = typer.Option(Path("runs/bench-learn"), "--out", help="Output directory (policy/, control/, plot)."),
+    set_: list[str] = typer.Option([], "--set", help=_SET_HELP),
+    control: bool = typer.Option(True, "--control/--no-control", help="Also train the sign-flipped control."),
+    as_json: bool = typer.Option(True, "--json/--no-json", help=keys_help("learn")),
+) -> None:
+    """Train on the one-line-fix family and measure the held-out solve rate before and after, against a
+    control run with the advantages' sign flipped (see legorl.bench.learn)."""
+    from legorl.bench.learn import run_learn_bench
+    from legorl.config import shipped_config
+
+    try:
+        result = run_learn_bench(config or shipped_config("learn"), out, _overrides(set_), control=control)
+    except LegoRLError as exc:
+        _fail(exc)
+    _print_result(result, as_json)
+
+
 @app.command("grade")
 def grade_predictions(
     predictions: Path = typer.Argument(

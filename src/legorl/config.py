@@ -174,6 +174,10 @@ class TrainerConfig(_Strict):
         ge=0,
         description="Weight of a k3 KL penalty to the initial policy (a frozen copy is kept when > 0); 0: none, as in the GSPO paper.",
     )
+    flip_advantages: bool = Field(
+        False,
+        description="Control experiment only: train on negated advantages, pushing the policy away from what the reward favours (a learning benchmark's control run must not improve).",
+    )
     truncated: Literal["keep", "mask", "penalize", "drop"] = Field(
         "keep",
         description="Rollouts cut by the turn or token budget: keep (train on the graded reward), mask (their reward counts in the group baseline, their samples get no gradient), penalize (reward set to truncated_reward before group statistics), drop (left out before group statistics). Counted per step either way.",
@@ -184,6 +188,19 @@ class TrainerConfig(_Strict):
         ge=16,
         description="Positions per LM-head chunk: the full-vocabulary logits exist for this many positions at a time.",
     )
+
+
+class EvalConfig(_Strict):
+    """Held-out evaluation that ``legorl train`` runs before the first step and after the last one
+    (reports in RUN_DIR/eval/{before,after}.json; the rollouts under RUN_DIR/eval/<phase>/)."""
+
+    suite: str | None = Field(None, description="Suite to evaluate on (null: no evaluation).")
+    task_ids: list[str] = Field(default_factory=list, description="Only these instance ids of the suite (empty = all).")
+    samples: int = Field(8, ge=1, description="Rollouts per task.")
+    k: list[int] = Field(default_factory=lambda: [1], description="pass@k to report.")
+    before: bool = Field(True, description="Evaluate the initial weights before training.")
+    after: bool = Field(True, description="Evaluate the final weights after the last step.")
+    concurrency: int = Field(8, ge=1, description="Rollouts at once.")
 
 
 class CheckpointConfig(_Strict):
@@ -277,6 +294,7 @@ class RunConfig(_Strict):
     grading: GradingConfig = Field(default_factory=GradingConfig)
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
+    eval: EvalConfig = Field(default_factory=EvalConfig)
     monitors: MonitorsConfig = Field(default_factory=MonitorsConfig)
     wandb: WandbConfig = Field(default_factory=WandbConfig)
 

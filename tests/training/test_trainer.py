@@ -154,6 +154,20 @@ def test_packing_does_not_change_the_update():
     assert w_pad.abs().max() > 1e-5 and torch.allclose(w_pad, w_pack, atol=1e-8, rtol=1e-4)
 
 
+def test_flipped_advantages_reverse_the_update():
+    """The control run's trainer: the same step with negated advantages moves the weights the other way."""
+    deltas = []
+    for flip in (False, True):
+        model = _model()
+        w0 = _weights(model).clone()
+        trainer = Trainer(model, TrainerConfig(lr=1e-3, flip_advantages=flip))
+        trainer.optimizer = _sgd(model)
+        trainer.step(_samples(model))
+        deltas.append(_weights(model) - w0)
+    assert deltas[0].abs().max() > 1e-5
+    assert (deltas[0] + deltas[1]).abs().max() < 1e-3 * deltas[0].abs().max()  # float rounding of w - w0 only
+
+
 def test_one_step_reuses_the_training_forward_and_matches_a_hand_computed_loss():
     model = _model()
     samples = _samples(model)

@@ -69,6 +69,24 @@ RESULT_KEYS: dict[str, tuple[str, ...]] = {
         "grad_norm_trl",
         "grad_norm_rel_diff",
     ),
+    # legorl.bench.learn.run_learn_bench
+    "learn": (
+        "heldout_before",
+        "heldout_after",
+        "heldout_diff",
+        "p_value",
+        "bootstrap_diff_95",
+        "heldout_samples_before",
+        "heldout_samples_after",
+        "valid_line_before",
+        "valid_line_after",
+        "control_after",
+        "control_p_value",
+        "steps",
+        "reward_curve",
+        "plot",
+        "wall_s",
+    ),
     # legorl.bench.rollout.run_rollout_bench
     "rollout": (
         "harness",

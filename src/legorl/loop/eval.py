@@ -24,6 +24,7 @@ from legorl.tasks.loader import load_suite
 from legorl.trajectory.records import Rollout
 
 ENGINES = ("embedded", "scripted-gold", "scripted-wrong")
+PHASES = ("before", "after")
 
 
 def _select(tasks: list[Any], task_ids: list[str]) -> list[Any]:
@@ -113,3 +114,36 @@ async def evaluate(
                     rollouts += await _run_all(ctx, [task], samples, sem, stack.store, on_rollout)
     outcomes = [Outcome(r.task_id, r.status, r.reward) for r in rollouts]
     return build_report(outcomes, ks, seed=cfg.seed, meta=meta)
+
+
+def phase_report_path(run_dir: Path, phase: str) -> Path:
+    """Where ``legorl train`` writes its held-out evaluation of ``phase`` (before / after)."""
+    return Path(run_dir) / "eval" / f"{phase}.json"
+
+
+async def evaluate_phase(cfg: RunConfig, phase: str) -> EvalReport:
+    """The run config's ``eval`` section for ``phase``: ``before`` scores the initial weights,
+    ``after`` the run's latest checkpoint. Rollouts go to RUN_DIR/eval/<phase>/, the report to
+    :func:`phase_report_path` (written atomically)."""
+    import json
+    import os
+
+    if phase not in PHASES or cfg.eval.suite is None:
+        raise ValueError(f"no eval phase {phase!r} for this config")
+    run_dir = Path(cfg.run_dir)
+    eval_cfg = cfg.model_copy(
+        update={"suite": cfg.eval.suite, "task_ids": cfg.eval.task_ids, "run_dir": run_dir / "eval" / phase}
+    )
+    report = await evaluate(
+        eval_cfg,
+        samples=cfg.eval.samples,
+        ks=cfg.eval.k,
+        checkpoint=run_dir if phase == "after" else None,
+        concurrency=cfg.eval.concurrency,
+    )
+    report.meta["phase"] = phase
+    path = phase_report_path(run_dir, phase)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(report.to_dict(), indent=2))
+    os.replace(tmp, path)
+    return report

@@ -18,6 +18,7 @@ from legorl.config import RunConfig
 from legorl.errors import ConfigError
 from legorl.loop.batch import assemble_batch
 from legorl.loop.control import RunState, read_control, wait_while_paused, write_control
+from legorl.loop.eval import evaluate_phase, phase_report_path
 from legorl.loop.provenance import write_manifest
 from legorl.loop.rollout import run_rollout
 from legorl.loop.stack import build_harness, open_gateway_stack, rollout_context, sandbox_backend
@@ -63,6 +64,9 @@ async def train(cfg: RunConfig, on_step=None, resume: bool = False) -> list[dict
     rng = random.Random(cfg.seed)
     harness = build_harness(cfg.rollout)
     backend = sandbox_backend(cfg.sandbox)
+    if cfg.eval.suite is not None and cfg.eval.before and not phase_report_path(run_dir, "before").is_file():
+        log.info("held-out evaluation before training: %s", cfg.eval.suite)
+        await evaluate_phase(cfg, "before")
     metrics_log = MetricsLogger(run_dir, wandb=cfg.wandb, run_config=cfg.model_dump(mode="json"))
     trainer_logprobs = TrainerLogprobs(run_dir)  # the UI's per-token heat map
     history: list[dict[str, Any]] = []
@@ -168,7 +172,18 @@ async def train(cfg: RunConfig, on_step=None, resume: bool = False) -> list[dict
     finally:
         metrics_log.close()
         trainer_logprobs.close()
+    finished = latest_checkpoint(run_dir)
+    if cfg.eval.suite is not None and cfg.eval.after and finished is not None and finished_all_steps(finished, cfg):
+        log.info("held-out evaluation after training: %s", cfg.eval.suite)
+        await evaluate_phase(cfg, "after")
     return history
+
+
+def finished_all_steps(checkpoint: Path, cfg: RunConfig) -> bool:
+    """Whether ``checkpoint`` is the one written after the run's last step."""
+    from legorl.training.checkpoint import checkpoint_step
+
+    return checkpoint_step(checkpoint) == cfg.steps - 1
 
 
 def resume_manifest_name(run_dir: Path, start: int) -> str:

@@ -37,6 +37,7 @@ from legorl.training.trainer import Trainer
 
 __all__ = [
     "CHECKPOINTS",
+    "checkpoint_step",
     "export_hf",
     "keep_metrics_until",
     "latest_checkpoint",
@@ -174,6 +175,11 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
             return d
     done = sorted(d for d in root.glob("step-*") if (d / _META).is_file()) if root.is_dir() else []
     return done[-1] if done else None
+
+
+def checkpoint_step(path: str | Path) -> int:
+    """The training step a complete checkpoint holds the state after."""
+    return int(json.loads((Path(path) / _META).read_text())["step"])
 
 
 def load_checkpoint(path: str | Path, trainer: Trainer, restore_rng: bool = True) -> dict[str, Any]:

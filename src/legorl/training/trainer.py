@@ -283,7 +283,8 @@ class Trainer:
             for j, (i, s) in enumerate(zip(part, rows)):
                 logp = lps[j][_mask(s)]
                 fid[i] = logp.detach()
-                out = sample_loss(logp, old[i], _rollout_lp(s), float(s.advantage or 0.0), self.loss_cfg, refs[j])
+                advantage = float(s.advantage or 0.0) * (-1.0 if self.cfg.flip_advantages else 1.0)
+                out = sample_loss(logp, old[i], _rollout_lp(s), advantage, self.loss_cfg, refs[j])
                 losses.append(out.loss)
                 stats.ratios.append(out.ratio)
                 stats.clipped_low.append(out.clipped_low)

@@ -1,0 +1,179 @@
+"""Learning benchmark (``legorl bench learn``): does the held-out solve rate go up, and can the
+number be trusted?
+
+Two training runs of one run config (default ``configs/learn.json``: the one-line-fix family,
+harness ``line-fix``, the embedded SmolLM2), each a plain ``legorl train`` with the config's
+``eval`` section (held-out suite, N samples per task, before and after):
+
+* ``policy`` — as configured;
+* ``control`` — the same with ``trainer.flip_advantages`` (the gradient pushes away from what the
+  reward favours): it must not improve, so a gain of the policy run is the reward's doing, not an
+  artefact of training as such (format drift, evaluation noise). Both start from the same weights,
+  so the control reuses the policy run's "before" evaluation.
+
+Reported: held-out solve rates before/after (pass@1 over valid samples; env failures are not
+counted), their difference, the two-sided two-proportion p-value, a 95% bootstrap interval of the
+difference over held-out tasks (tasks resampled with replacement), the valid-line rate (the
+answer changed the named line into one Python statement: what a pure format gain would move), the
+control's after rate, the training reward curve (``reward_curve.png`` in the output directory when
+matplotlib is installed: ``pip install 'legorl[bench]'``), steps and wall time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+from legorl.config import RunConfig
+from legorl.errors import ConfigError
+from legorl.loop.eval import phase_report_path
+from legorl.loop.eval_stats import EvalReport, two_proportion_test
+
+__all__ = ["bootstrap_diff", "run_learn_bench", "valid_line_rate"]
+
+
+def bootstrap_diff(before: EvalReport, after: EvalReport, draws: int = 2000, seed: int = 0) -> tuple[float, float]:
+    """95% interval of (after − before) pooled solve rate, resampling held-out tasks with replacement."""
+    b = {t.task_id: t for t in before.tasks}
+    a = {t.task_id: t for t in after.tasks}
+    ids = sorted(set(a) & set(b))
+    if not ids:
+        return (float("nan"), float("nan"))
+    rng = random.Random(seed)
+    diffs = []
+    for _ in range(draws):
+        pick = rng.choices(ids, k=len(ids))
+        na, nb = sum(a[i].samples for i in pick), sum(b[i].samples for i in pick)
+        if na and nb:
+            diffs.append(sum(a[i].correct for i in pick) / na - sum(b[i].correct for i in pick) / nb)
+    diffs.sort()
+    if not diffs:
+        return (float("nan"), float("nan"))
+    return (diffs[int(0.025 * len(diffs))], diffs[min(len(diffs) - 1, int(0.975 * len(diffs)))])
+
+
+def valid_line_rate(eval_run_dir: Path) -> float | None:
+    """Share of graded evaluation rollouts whose diff replaced one line by one Python statement."""
+    from legorl.harnesses.line_agent import is_statement
+    from legorl.trajectory.store import open_run
+
+    store = open_run(eval_run_dir)
+    try:
+        rollouts = [r for r in store.iter_rollouts() if r.status in ("ok", "timeout")]
+    finally:
+        store.close(compact=False)
+    if not rollouts:
+        return None
+
+    def valid(diff: str) -> bool:
+        added = [ln[1:] for ln in diff.splitlines() if ln.startswith("+") and not ln.startswith("+++")]
+        return len(added) == 1 and is_statement(added[0])
+
+    return sum(valid(r.diff) for r in rollouts) / len(rollouts)
+
+
+def _rate(report: EvalReport) -> float:
+    return report.correct / report.samples if report.samples else float("nan")
+
+
+def _plot(curves: dict[str, list[tuple[int, float]]], path: Path) -> str | None:
+    """The training reward curves as a PNG; returns why not when matplotlib is missing."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "matplotlib is not installed (pip install 'legorl[bench]')"
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    for name, points in curves.items():
+        if points:
+            ax.plot([s for s, _ in points], [r for _, r in points], marker="o", label=name)
+    ax.set_xlabel("training step")
+    ax.set_ylabel("mean rollout reward")
+    ax.set_title("legorl bench learn")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return None
+
+
+def run_learn_bench(
+    config: Path, out_dir: Path, overrides: dict[str, Any] | None = None, control: bool = True
+) -> dict[str, Any]:
+    from legorl.loop.train import train
+    from legorl.observe.metrics import read_metrics
+
+    cfg = RunConfig.load(config, **(overrides or {}))
+    if cfg.eval.suite is None:
+        raise ConfigError(f"{config}: bench learn needs an eval section with a held-out suite (eval.suite)")
+    out_dir = Path(out_dir)
+    t0 = time.perf_counter()
+    arms = {"policy": False, **({"control": True} if control else {})}
+    walls: dict[str, float] = {}
+    for name, flip in arms.items():
+        arm = cfg.model_copy(
+            update={
+                "run_dir": out_dir / name,
+                "trainer": cfg.trainer.model_copy(update={"flip_advantages": flip}),
+                "eval": cfg.eval.model_copy(update={"before": not flip}),  # the same start as the policy's
+            }
+        )
+        t_arm = time.perf_counter()
+        asyncio.run(train(arm))
+        walls[name] = time.perf_counter() - t_arm
+
+    def report(arm: str, phase: str) -> EvalReport:
+        path = phase_report_path(out_dir / arm, phase)
+        if not path.is_file():
+            raise ConfigError(f"{path}: missing (the {arm} run ended before its last step?)")
+        return EvalReport.from_dict(json.loads(path.read_text()))
+
+    before, after = report("policy", "before"), report("policy", "after")
+    z, p = two_proportion_test(after.correct, after.samples, before.correct, before.samples)
+    curves = {
+        arm: [(int(row["step"]), float(row["rollout/reward_mean"])) for row in read_metrics(out_dir / arm)]
+        for arm in arms
+    }
+    plot_path = out_dir / "reward_curve.png"
+    plot_skipped = _plot(curves, plot_path)
+    result: dict[str, Any] = {
+        "heldout_before": _rate(before),
+        "heldout_after": _rate(after),
+        "heldout_diff": _rate(after) - _rate(before),
+        "p_value": p,
+        "z": z,
+        "bootstrap_diff_95": list(bootstrap_diff(before, after)),
+        "heldout_samples_before": before.samples,
+        "heldout_samples_after": after.samples,
+        "heldout_tasks": len(after.tasks),
+        "heldout_env_failures": before.env_failures + after.env_failures,
+        "valid_line_before": valid_line_rate(out_dir / "policy" / "eval" / "before"),
+        "valid_line_after": valid_line_rate(out_dir / "policy" / "eval" / "after"),
+        "control_after": None,
+        "control_p_value": None,
+        "steps": cfg.steps,
+        "rollouts_per_step": cfg.tasks_per_step * cfg.group_size,
+        "train_suite": cfg.suite,
+        "heldout_suite": cfg.eval.suite,
+        "reward_curve": curves["policy"],
+        "control_reward_curve": curves.get("control"),
+        "plot": None if plot_skipped else str(plot_path),
+        "wall_s": time.perf_counter() - t0,
+        "wall_s_per_run": walls,
+        "out_dir": str(out_dir),
+    }
+    if plot_skipped:
+        result["plot_skipped"] = plot_skipped
+    if control:
+        ctrl = report("control", "after")
+        result["control_after"] = _rate(ctrl)
+        result["control_p_value"] = two_proportion_test(ctrl.correct, ctrl.samples, before.correct, before.samples)[1]
+        result["valid_line_control_after"] = valid_line_rate(out_dir / "control" / "eval" / "after")
+    (out_dir / "bench_learn.json").write_text(json.dumps(result, indent=2))
+    return result
