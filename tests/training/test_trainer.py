@@ -137,17 +137,19 @@ def test_plan_forward_passes_packed_bounds_real_tokens():
     assert plan_forward_passes([50], 45, packing=True) == [[0]]  # a sample longer than a pass gets its own
 
 
+def _sgd_step(**trainer_cfg) -> tuple[dict, torch.Tensor]:
+    """One SGD trainer step on the standard model and samples: its metrics and the weight change."""
+    model = _model()
+    w0 = _weights(model).clone()
+    trainer = Trainer(model, TrainerConfig(lr=1e-3, **trainer_cfg))
+    trainer.optimizer = _sgd(model)
+    m = trainer.step(_samples(model))
+    return m, _weights(model) - w0
+
+
 def test_packing_does_not_change_the_update():
     """Packed or padded forwards give the same step (loss, weights), without padding."""
-    results = []
-    for packing in (False, True):
-        model = _model()
-        w0 = _weights(model).clone()
-        trainer = Trainer(model, TrainerConfig(lr=1e-3, packing=packing))
-        trainer.optimizer = _sgd(model)
-        m = trainer.step(_samples(model))
-        results.append((m, _weights(model) - w0))
-    (m_pad, w_pad), (m_pack, w_pack) = results
+    (m_pad, w_pad), (m_pack, w_pack) = _sgd_step(packing=False), _sgd_step(packing=True)
     assert m_pack["train/padding_frac"] == 0.0 and m_pad["train/padding_frac"] > 0
     assert m_pack["train/loss"] == pytest.approx(m_pad["train/loss"], abs=1e-6)
     assert m_pack["mismatch/max_abs_diff"] < 1e-4
@@ -156,16 +158,9 @@ def test_packing_does_not_change_the_update():
 
 def test_flipped_advantages_reverse_the_update():
     """The control run's trainer: the same step with negated advantages moves the weights the other way."""
-    deltas = []
-    for flip in (False, True):
-        model = _model()
-        w0 = _weights(model).clone()
-        trainer = Trainer(model, TrainerConfig(lr=1e-3, flip_advantages=flip))
-        trainer.optimizer = _sgd(model)
-        trainer.step(_samples(model))
-        deltas.append(_weights(model) - w0)
-    assert deltas[0].abs().max() > 1e-5
-    assert (deltas[0] + deltas[1]).abs().max() < 1e-3 * deltas[0].abs().max()  # float rounding of w - w0 only
+    (_, plain), (_, flipped) = _sgd_step(), _sgd_step(flip_advantages=True)
+    assert plain.abs().max() > 1e-5
+    assert (plain + flipped).abs().max() < 1e-3 * plain.abs().max()  # float rounding of w - w0 only
 
 
 def test_one_step_reuses_the_training_forward_and_matches_a_hand_computed_loss():

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import shlex
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from legorl.harnesses.base import Budget, HarnessEnding, HarnessResult
 from legorl.sandbox.base import WORKSPACE, ExecResult, Sandbox
@@ -153,6 +153,22 @@ def run_python_agent(
         budget=budget,
         env={"OPENAI_API_KEY": session_token},
         max_output_bytes=max_output_bytes,
+    )
+
+
+def python_agent_result(res: ExecResult, ending: Callable[[dict], HarnessEnding]) -> HarnessResult:
+    """What a first-party agent's run came to: timeout, crashed (no summary line, or an exit code
+    other than 0/1), else ``ending(summary)`` of its last JSON line."""
+    summary = last_json_line(res.stdout)
+    how: HarnessEnding
+    if res.timed_out:
+        how = "timeout"
+    elif res.exit_code in (0, 1) and summary:
+        how = ending(summary)
+    else:
+        how = "crashed"
+    return HarnessResult(
+        ending=how, exit_code=res.exit_code, transcript=res.stdout, log_tail=res.stderr[-2000:], summary=summary
     )
 
 

@@ -13,15 +13,15 @@ whether the reply was a fenced block whose first line is one Python statement.
 
 from __future__ import annotations
 
-import argparse
 import ast
 import json
-import os
 import re
 import sys
 import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
+
+from legorl.harnesses.agent_cli import agent_parser, api_key_or_none
 
 if TYPE_CHECKING:
     from openai.types.chat import ChatCompletionMessageParam
@@ -113,17 +113,10 @@ def numbered(text: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--base-url", default=os.environ.get("OPENAI_BASE_URL"))
-    ap.add_argument("--model", default="policy")
-    ap.add_argument("--issue-file", required=True)
-    ap.add_argument("--root", default=".")
-    ap.add_argument("--max-tokens", type=int, default=48)
-    ap.add_argument("--temperature", type=float, default=1.0)
+    ap = agent_parser(__doc__.splitlines()[0], max_tokens=48)
     args = ap.parse_args(argv)
-    api_key = os.environ.get("OPENAI_API_KEY")  # never a command-line word: a secret
-    if not args.base_url or not api_key:
-        print("line_agent: --base-url (or OPENAI_BASE_URL) and OPENAI_API_KEY are required", file=sys.stderr)
+    api_key = api_key_or_none("line_agent", args.base_url)
+    if api_key is None:
         return 2
     summary: _Summary = {"turns": 0, "edits": [], "problems": [], "answer": None, "valid_format": False, "finish": ""}
     root = Path(args.root).resolve()

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from legorl.harnesses.base import Budget, HarnessEnding, HarnessInstall, HarnessResult
-from legorl.harnesses.common import last_json_line, run_python_agent
+from legorl.harnesses.base import Budget, HarnessInstall, HarnessResult
+from legorl.harnesses.common import python_agent_result, run_python_agent
 from legorl.sandbox.base import ExecResult, Sandbox
 from legorl.tasks.model import Task
 
@@ -29,17 +29,8 @@ class LineFixHarness:
         )
 
     def collect(self, sandbox: Sandbox, res: ExecResult, budget: Budget) -> HarnessResult:
-        summary = last_json_line(res.stdout)
-        ending: HarnessEnding
-        if res.timed_out:
-            ending = "timeout"
-        elif res.exit_code in (0, 1) and summary:
-            ending = "finished"  # one answer is the whole budget: a wrong or unusable one is graded, not cut
-        else:
-            ending = "crashed"
-        return HarnessResult(
-            ending=ending, exit_code=res.exit_code, transcript=res.stdout, log_tail=res.stderr[-2000:], summary=summary
-        )
+        # one answer is the whole budget: a wrong or unusable one is graded, not cut short
+        return python_agent_result(res, lambda s: "finished")
 
     @staticmethod
     def gold_replies(task: Any, wrong: bool = False) -> list[str]:

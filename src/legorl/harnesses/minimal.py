@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from legorl.harnesses.base import Budget, HarnessEnding, HarnessInstall, HarnessResult
-from legorl.harnesses.common import last_json_line, run_python_agent
+from legorl.harnesses.base import Budget, HarnessInstall, HarnessResult
+from legorl.harnesses.common import python_agent_result, run_python_agent
 from legorl.sandbox.base import ExecResult, Sandbox
 from legorl.tasks.model import Task
 
@@ -26,14 +26,4 @@ class MinimalHarness:
         )
 
     def collect(self, sandbox: Sandbox, res: ExecResult, budget: Budget) -> HarnessResult:
-        summary = last_json_line(res.stdout)
-        ending: HarnessEnding
-        if res.timed_out:
-            ending = "timeout"
-        elif res.exit_code in (0, 1) and summary:
-            ending = "finished" if summary.get("finish") == "tests_pass" else "budget"
-        else:
-            ending = "crashed"
-        return HarnessResult(
-            ending=ending, exit_code=res.exit_code, transcript=res.stdout, log_tail=res.stderr[-2000:], summary=summary
-        )
+        return python_agent_result(res, lambda s: "finished" if s.get("finish") == "tests_pass" else "budget")

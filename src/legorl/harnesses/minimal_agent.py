@@ -18,7 +18,6 @@ It prints one JSON summary line on stdout last.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -26,6 +25,8 @@ import subprocess
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
+
+from legorl.harnesses.agent_cli import agent_parser, api_key_or_none
 
 if TYPE_CHECKING:
     from openai.types.chat import ChatCompletionMessageParam
@@ -147,19 +148,12 @@ def first_prompt(issue: str, root: Path, files: list[Path]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--base-url", default=os.environ.get("OPENAI_BASE_URL"))
-    ap.add_argument("--model", default="policy")
-    ap.add_argument("--issue-file", required=True)
-    ap.add_argument("--root", default=".")
+    ap = agent_parser(__doc__.splitlines()[0], max_tokens=512)
     ap.add_argument("--max-turns", type=int, default=3)
-    ap.add_argument("--max-tokens", type=int, default=512)
-    ap.add_argument("--temperature", type=float, default=1.0)
     ap.add_argument("--test-timeout", type=float, default=60.0)
     args = ap.parse_args(argv)
-    api_key = os.environ.get("OPENAI_API_KEY")  # never a command-line word: a secret, maybe "-..."
-    if not args.base_url or not api_key:
-        print("minimal_agent: --base-url (or OPENAI_BASE_URL) and OPENAI_API_KEY are required", file=sys.stderr)
+    api_key = api_key_or_none("minimal_agent", args.base_url)
+    if api_key is None:
         return 2
 
     import openai  # late: --help works without it

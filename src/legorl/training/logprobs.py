@@ -41,6 +41,31 @@ def _head_logprobs(
     return torch.log_softmax(logits, dim=-1).gather(-1, targets[..., None])[..., 0]
 
 
+def _batch_inputs(
+    sequences: Sequence[Sequence[int] | torch.Tensor], device: torch.device, temperature: float
+) -> tuple[list[torch.Tensor], list[int], float]:
+    """Id tensors, their lengths, and the temperature (``<= 0``, greedy, scores at 1)."""
+    seqs = [_as_ids(s, device) for s in sequences]
+    return seqs, [int(s.shape[0]) for s in seqs], 1.0 if temperature is None or temperature <= 0 else temperature
+
+
+def _chunked_head_logprobs(
+    hidden: torch.Tensor, targets: torch.Tensor, head: torch.nn.Module, temperature: float, chunk_size: int
+) -> torch.Tensor:
+    """``[B, T]`` logprobs of ``targets`` from ``[B, T, H]`` hidden states, the LM head run over
+    ``chunk_size`` positions at a time (checkpointed under grad: backward recomputes each chunk)."""
+    use_ckpt = torch.is_grad_enabled() and hidden.requires_grad
+    step = max(1, int(chunk_size))
+    parts = []
+    for c in range(0, hidden.shape[1], step):
+        h, t = hidden[:, c : c + step], targets[:, c : c + step]
+        if use_ckpt:
+            parts.append(checkpoint(_head_logprobs, h, t, head, temperature, use_reentrant=False))
+        else:
+            parts.append(_head_logprobs(h, t, head, temperature))
+    return torch.cat(parts, dim=1)
+
+
 def _causal_mask(q: int, past: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     cols = torch.arange(past + q, device=device)
     rows = torch.arange(past, past + q, device=device)
@@ -117,12 +142,9 @@ def compute_token_logprobs_batch(
     sequence up to float rounding.
     """
     p = next(model.parameters())
-    seqs = [_as_ids(s, p.device) for s in sequences]
+    seqs, lens, temperature = _batch_inputs(sequences, p.device, temperature)
     if not seqs:
         return []
-    if temperature is None or temperature <= 0:
-        temperature = 1.0
-    lens = [int(s.shape[0]) for s in seqs]
     T = max(lens)
     if T <= 1:
         return [torch.zeros(n, dtype=torch.float32, device=p.device) for n in lens]
@@ -133,18 +155,10 @@ def compute_token_logprobs_batch(
         attn[i, : lens[i]] = 1
     decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    chunk_size = max(1, int(chunk_size))
     parts = [torch.zeros(len(seqs), 1, dtype=torch.float32, device=p.device)]
     if decoder is not None and head is not None:
         hidden = decoder(input_ids=ids, attention_mask=attn, use_cache=False).last_hidden_state[:, :-1]
-        targets = ids[:, 1:]
-        use_ckpt = torch.is_grad_enabled() and hidden.requires_grad
-        for c in range(0, T - 1, chunk_size):
-            h, t = hidden[:, c : c + chunk_size], targets[:, c : c + chunk_size]
-            if use_ckpt:
-                parts.append(checkpoint(_head_logprobs, h, t, head, temperature, use_reentrant=False))
-            else:
-                parts.append(_head_logprobs(h, t, head, temperature))
+        parts.append(_chunked_head_logprobs(hidden, ids[:, 1:], head, temperature, chunk_size))
     else:  # generic fallback: the model's own logits (all of them at once)
         logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits[:, :-1].float()
         parts.append(torch.log_softmax(logits / temperature, dim=-1).gather(-1, ids[:, 1:, None])[..., 0])
@@ -169,12 +183,9 @@ def compute_token_logprobs_packed(
     ``get_output_embeddings`` (every causal LM of transformers has them).
     """
     p = next(model.parameters())
-    seqs = [_as_ids(s, p.device) for s in sequences]
+    seqs, lens, temperature = _batch_inputs(sequences, p.device, temperature)
     if not seqs:
         return []
-    if temperature is None or temperature <= 0:
-        temperature = 1.0
-    lens = [int(s.shape[0]) for s in seqs]
     ids = torch.cat(seqs)[None]
     positions = torch.cat([torch.arange(n, device=p.device) for n in lens])[None]
     total = ids.shape[1]
@@ -182,18 +193,8 @@ def compute_token_logprobs_packed(
         return [torch.zeros(n, dtype=torch.float32, device=p.device) for n in lens]
     hidden = model.get_decoder()(input_ids=ids, position_ids=positions, attention_mask=None, use_cache=False)
     hidden = hidden.last_hidden_state[:, :-1]
-    targets = ids[:, 1:]
-    head = model.get_output_embeddings()
-    use_ckpt = torch.is_grad_enabled() and hidden.requires_grad
-    chunk_size = max(1, int(chunk_size))
-    parts = []
-    for c in range(0, total - 1, chunk_size):
-        h, t = hidden[:, c : c + chunk_size], targets[:, c : c + chunk_size]
-        if use_ckpt:
-            parts.append(checkpoint(_head_logprobs, h, t, head, temperature, use_reentrant=False))
-        else:
-            parts.append(_head_logprobs(h, t, head, temperature))
-    lp = torch.cat(parts, dim=1)[0]  # lp[j] = log p(ids[j+1] | its sequence's prefix), j < total-1
+    # lp[j] = log p(ids[j+1] | its sequence's prefix), j < total-1
+    lp = _chunked_head_logprobs(hidden, ids[:, 1:], model.get_output_embeddings(), temperature, chunk_size)[0]
     zero = torch.zeros(1, dtype=torch.float32, device=p.device)
     out, start = [], 0
     for n in lens:
