@@ -112,6 +112,9 @@ def run_learn_bench(
     cfg = RunConfig.load(config, **(overrides or {}))
     if cfg.eval.suite is None:
         raise ConfigError(f"{config}: bench learn needs an eval section with a held-out suite (eval.suite)")
+    from rich.console import Console
+
+    progress = Console(stderr=True)  # stdout carries the JSON; a run of hours must not be silent
     out_dir = Path(out_dir)
     t0 = time.perf_counter()
     arms = {"policy": False, **({"control": True} if control else {})}
@@ -125,7 +128,22 @@ def run_learn_bench(
             }
         )
         t_arm = time.perf_counter()
-        asyncio.run(train(arm))
+        progress.print(
+            f"[bold]{name}[/] run: {cfg.steps} steps × {cfg.tasks_per_step * cfg.group_size} rollouts"
+            + (f", held-out evaluation of {cfg.eval.suite} before" if arm.eval.before else "")
+            + f" and after → {out_dir / name}"
+        )
+
+        def on_step(step: int, m: dict[str, Any], arm_name: str = name, started: float = t_arm) -> None:
+            done = step + 1
+            eta = (time.perf_counter() - started) / done * (cfg.steps - done)
+            progress.print(
+                f"  {arm_name} step {done}/{cfg.steps}: reward {m['rollout/reward_mean']:.3f}, "
+                f"groups with signal {m['batch/groups_with_signal']}/{m['batch/groups']}, "
+                f"{m['time/step_s']:.0f} s/step, training ETA {eta / 60:.1f} min"
+            )
+
+        asyncio.run(train(arm, on_step=on_step))
         walls[name] = time.perf_counter() - t_arm
 
     def report(arm: str, phase: str) -> EvalReport:
@@ -176,4 +194,9 @@ def run_learn_bench(
         result["control_p_value"] = two_proportion_test(ctrl.correct, ctrl.samples, before.correct, before.samples)[1]
         result["valid_line_control_after"] = valid_line_rate(out_dir / "control" / "eval" / "after")
     (out_dir / "bench_learn.json").write_text(json.dumps(result, indent=2))
+    progress.print(
+        f"held-out {result['heldout_before']:.3f} → {result['heldout_after']:.3f} (p = {p:.3g})"
+        + (f", control {result['control_after']:.3f}" if control else "")
+        + f"; results, runs and plot in {out_dir}"
+    )
     return result
