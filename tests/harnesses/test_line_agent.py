@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -51,3 +53,79 @@ def test_issue_must_name_a_line_inside_the_repository(tmp_path, capsys, monkeypa
         summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
         assert code == 1 and summary["finish"] == "no_line" and summary["turns"] == 0
     assert LINE_REF.search("on line 12 of `lib/x.py`.").groups() == ("12", "lib/x.py")
+
+
+class _FlakyEndpoint(BaseHTTPRequestHandler):
+    """Fault injection: answers each request with the next (status, body) of ``replies``."""
+
+    replies: list[tuple[int, dict]] = []
+    seen: list[dict] = []
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        type(self).seen.append({"path": self.path, "auth": self.headers["Authorization"], "body": body})
+        status, reply = type(self).replies.pop(0)
+        data = json.dumps(reply).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def _serve(replies: list[tuple[int, dict]]):
+    _FlakyEndpoint.replies, _FlakyEndpoint.seen = list(replies), []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _FlakyEndpoint)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def _repo_with_bug(tmp_path):
+    (tmp_path / "repo" / "lib").mkdir(parents=True)
+    (tmp_path / "repo" / "lib" / "funcs.py").write_text(
+        'def pick(a, b):\n    """Return a times b."""\n    return a + b\n'
+    )
+    (tmp_path / "issue").write_text("`pick(2, 3)` returns 5, expected 6. The bug is on line 3 of `lib/funcs.py`.")
+    return tmp_path / "repo" / "lib" / "funcs.py"
+
+
+def _run(tmp_path, server, capsys):
+    url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+    code = main([f"--base-url={url}", f"--issue-file={tmp_path / 'issue'}", f"--root={tmp_path / 'repo'}"])
+    return code, json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+
+
+def test_server_error_is_retried_then_answered(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    monkeypatch.setattr("legorl.harnesses.line_agent.time.sleep", lambda s: None)
+    funcs = _repo_with_bug(tmp_path)
+    ok = {"choices": [{"index": 0, "message": {"role": "assistant", "content": "```python\nreturn a * b\n```"}}]}
+    server = _serve([(503, {"error": {"message": "busy"}}), (200, ok)])
+    try:
+        code, summary = _run(tmp_path, server, capsys)
+    finally:
+        server.shutdown()
+    assert code == 0 and summary["finish"] == "answered" and summary["valid_format"]
+    assert funcs.read_text().splitlines()[2] == "    return a * b"
+    assert len(_FlakyEndpoint.seen) == 2
+    first = _FlakyEndpoint.seen[0]
+    assert first["path"] == "/v1/chat/completions" and first["auth"] == "Bearer sk-test"
+    assert first["body"]["messages"][-1]["role"] == "user" and first["body"]["model"] == "policy"
+
+
+def test_client_error_is_final_and_leaves_the_file(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    funcs = _repo_with_bug(tmp_path)
+    before = funcs.read_text()
+    server = _serve([(401, {"error": {"message": "bad session token"}})])
+    try:
+        code, summary = _run(tmp_path, server, capsys)
+    finally:
+        server.shutdown()
+    assert (
+        code == 2 and summary["finish"].startswith("api_error: HTTP 401") and "bad session token" in summary["finish"]
+    )
+    assert len(_FlakyEndpoint.seen) == 1 and funcs.read_text() == before
