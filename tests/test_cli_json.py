@@ -165,8 +165,11 @@ def test_no_json_prints_figures_not_a_dict_repr(capsys):
 
 @pytest.mark.slow
 def test_bench_trainer_json():
-    out = _bench("trainer", ["--samples", "2", "--tokens", "48", "--steps", "1"])
+    args = ["--samples", "2", "--tokens", "48", "--prompt-tokens", "40", "--group-size", "2", "--steps", "1"]
+    out = _bench("trainer", args)
     assert out["samples"] == 2 and len(out["ours_steps_s"]) == 1 and out["ours_s"] > 0
+    # one prompt for both samples: ours runs it once (40 + 2 × 8 tokens fed), TRL twice
+    assert out["group_size"] == 2 and out["last_step"]["train/fed_tokens"] == 56
     # the TRL baseline ran the same step: same batch, same weights, so the same gradient
     assert len(out["trl_steps_s"]) == 1 and out["trl_s"] > 0
     assert out["ratio"] == pytest.approx(out["ours_s"] / out["trl_s"])

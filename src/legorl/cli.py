@@ -189,18 +189,30 @@ def models_list(
 
 def _run(cfg, resume: bool = False) -> list[dict]:
     import asyncio
+    import time
 
     from legorl.loop.train import train
+    from legorl.observe.progress import RichPhaseProgress
+
+    started, first_step = time.monotonic(), -1
 
     def on_step(step: int, m: dict) -> None:
+        # the run's ETA from the steps this process ran (a resumed run starts counting anew)
+        nonlocal first_step
+        first_step = step if first_step < 0 else first_step
+        ran, left = step + 1 - first_step, cfg.steps - step - 1
+        eta = (time.monotonic() - started) / ran * left
         console.print(
-            f"step {step}: reward {m['rollout/reward_mean']:.3f}  resolved {m['rollout/resolved']}/{m['rollout/count']}"
+            f"step {step + 1}/{cfg.steps}: reward {m['rollout/reward_mean']:.3f}  "
+            f"resolved {m['rollout/resolved']}/{m['rollout/count']}"
             f"  trainable samples {m['train/trainable_samples']}  loss {m['train/loss']:+.4f}"
             f"  logprob pearson {m.get('mismatch/pearson') or float('nan'):.5f}  {m['time/step_s']:.0f}s"
+            f"  ETA {eta / 60:.1f} min"
         )
 
     try:
-        return asyncio.run(train(cfg, on_step=on_step, resume=resume))
+        with RichPhaseProgress(console) as progress:
+            return asyncio.run(train(cfg, on_step=on_step, resume=resume, progress=progress))
     except LegoRLError as exc:
         _fail(exc)
     return []
@@ -358,12 +370,22 @@ def eval_cmd(
 
     from legorl.loop.eval import evaluate
     from legorl.loop.eval_stats import EvalReport, compare
+    from legorl.observe.progress import RichPhaseProgress
 
     cfg = _load_config(config, set_)
     try:
-        report = asyncio.run(
-            evaluate(cfg, samples=samples, ks=k, engine=engine, checkpoint=checkpoint, concurrency=concurrency)
-        )
+        with RichPhaseProgress(Console(stderr=True)) as progress:  # stdout may carry the JSON
+            report = asyncio.run(
+                evaluate(
+                    cfg,
+                    samples=samples,
+                    ks=k,
+                    engine=engine,
+                    checkpoint=checkpoint,
+                    concurrency=concurrency,
+                    progress=progress,
+                )
+            )
     except (LegoRLError, ValueError) as exc:
         _fail(exc)
     result = report.to_dict()
@@ -519,6 +541,8 @@ def bench_trainer(
     model: str = typer.Option("smollm2-135m", help="Model name or local directory."),
     samples: int = typer.Option(16, help="Samples per step."),
     tokens: int = typer.Option(94, help="Tokens per sample."),
+    prompt_tokens: int = typer.Option(40, help="Of which prompt (not sampled, no loss)."),
+    group_size: int = typer.Option(1, help="Samples per prompt (GRPO-shaped batch when > 1)."),
     steps: int = typer.Option(5, help="Timed steps (after one warm-up); the median is reported."),
     set_: list[str] = typer.Option([], "--set", help="Trainer field: --set ppo_epochs=2 (JSON values; repeatable)."),
     trl: bool = typer.Option(
@@ -532,7 +556,14 @@ def bench_trainer(
 
     try:
         result = run_trainer_bench(
-            model=model, samples=samples, tokens=tokens, steps=steps, overrides=_overrides(set_), compare_trl=trl
+            model=model,
+            samples=samples,
+            tokens=tokens,
+            prompt_tokens=prompt_tokens,
+            group_size=group_size,
+            steps=steps,
+            overrides=_overrides(set_),
+            compare_trl=trl,
         )
     except LegoRLError as exc:
         _fail(exc)

@@ -165,6 +165,10 @@ class TrainerConfig(_Strict):
         False,
         description="Pack a forward pass's samples end to end into one row (no padding; a block-diagonal causal mask keeps them apart) instead of right-padding them into a [rows, longest] block: worth it when sample lengths vary widely.",
     )
+    prefix_sharing: bool = Field(
+        True,
+        description="Samples that share a prompt (a GRPO group) run it once per forward pass, the completions batched on its KV cache; gradients flow through the shared prefix, so the step equals the unshared one up to float rounding. Saves (group size - 1) x prompt tokens per group.",
+    )
     loss_aggregation: Literal["sample_mean", "token_mean"] = Field(
         "sample_mean",
         description="sample_mean: every sample weighs the same; token_mean: every sampled token does (see legorl.training.gspo).",

@@ -10,8 +10,23 @@ from legorl.config import RunConfig
 from legorl.loop.train import train
 from legorl.observe.monitors import AlertLog
 from legorl.store import open_run
+from legorl.trajectory.records import Rollout
 
 pytestmark = [pytest.mark.slow, pytest.mark.sandbox]
+
+
+class _Phases:
+    """Records what the live progress display would be told."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, int | None]] = []
+        self.done: list[str] = []
+
+    def begin(self, label: str, total: int | None = None) -> None:
+        self.events.append((label, total))
+
+    def rollout_done(self, rollout: Rollout) -> None:
+        self.done.append(rollout.rollout_id)
 
 
 def test_one_training_step_end_to_end(tmp_path):
@@ -23,12 +38,18 @@ def test_one_training_step_end_to_end(tmp_path):
         group_size=2,
         **{"rollout.max_turns": 2, "rollout.max_tokens_per_turn": 200, "rollout.temperature": 0.4},
     )
-    history = asyncio.run(train(cfg))
+    phases = _Phases()
+    history = asyncio.run(train(cfg, progress=phases))
     run = tmp_path / "run"
     store = open_run(run)
     rollouts = list(store.iter_rollouts())
     metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert len(rollouts) == 2 and len(metrics) == 1 and len(history) == 1
+    # the live display heard of both rollouts as they ended, then of the training phase
+    assert phases.events[0] == ("step 1/1: rollouts", 2) and sorted(phases.done) == sorted(
+        r.rollout_id for r in rollouts
+    )
+    assert phases.events[1][0].startswith("step 1/1: training on ") and len(phases.events) == 2
     for r in rollouts:
         assert r.status in ("ok", "timeout"), (r.status, r.cause, r.harness_log_tail)
         assert r.grader is not None and r.reward in (0.0, 1.0)

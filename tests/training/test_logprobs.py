@@ -10,6 +10,7 @@ from legorl.training.logprobs import (
     compute_token_logprobs,
     compute_token_logprobs_batch,
     compute_token_logprobs_packed,
+    compute_token_logprobs_shared_prefix,
 )
 
 
@@ -102,3 +103,62 @@ def test_packed_gradient_equals_padded_gradient(model):
         grads.append(torch.cat([p.grad.flatten() for p in model.parameters()]))
     model.zero_grad()
     assert torch.allclose(grads[0], grads[1], atol=1e-5, rtol=1e-4)
+
+
+def _group(seed: int, prefix: int, suffixes: tuple[int, ...]) -> list[list[int]]:
+    """One prompt, several completions of different lengths."""
+    g = torch.Generator().manual_seed(seed)
+    head = torch.randint(0, 97, (prefix,), generator=g).tolist()
+    return [head + torch.randint(0, 97, (n,), generator=g).tolist() for n in suffixes]
+
+
+@pytest.mark.parametrize(("prefix", "chunk"), [(1, 1024), (23, 5), (60, 1024)])
+def test_shared_prefix_equals_one_sequence_at_a_time(model, prefix, chunk):
+    seqs = _group(5, prefix, (7, 1, 19, 3))
+    with torch.no_grad():
+        got = compute_token_logprobs_shared_prefix(model, seqs, prefix, temperature=0.8, chunk_size=chunk)
+    for ids, lp in zip(seqs, got):
+        assert lp.shape == (len(ids),) and lp[0] == 0.0
+        assert torch.allclose(lp, _reference(model, ids, temperature=0.8), atol=1e-5)
+
+
+@pytest.mark.parametrize("score_from", [1, 10, 26, 40])
+def test_shared_prefix_scores_from_a_position(model, score_from):
+    """Prefix positions before ``score_from`` are 0.0 (the head skipped there); the rest unchanged."""
+    seqs = _group(8, 26, (5, 9))
+    with torch.no_grad():
+        got = compute_token_logprobs_shared_prefix(model, seqs, 26, score_from=score_from)
+    first = min(score_from, 26)
+    for ids, lp in zip(seqs, got):
+        ref = _reference(model, ids)
+        assert lp.shape == (len(ids),)
+        assert torch.all(lp[:first] == 0.0)
+        assert torch.allclose(lp[first:], ref[first:], atol=1e-5)
+
+
+def test_shared_prefix_gradient_equals_padded_gradient(model):
+    """The prefix runs once, yet backward gets every row's gradient through it: loss weights that
+    differ per row and per token (as GSPO's advantages and masks do) give the padded batch's grads."""
+    seqs = _group(6, 25, (6, 11, 2))
+    weights = [torch.linspace(-1.0, 2.0, len(s)) * (i + 1) for i, s in enumerate(seqs)]
+    grads = []
+    for fn in (
+        lambda: compute_token_logprobs_shared_prefix(model, seqs, 25, chunk_size=8),
+        lambda: compute_token_logprobs_batch(model, seqs),
+    ):
+        model.zero_grad()
+        sum((lp * w).sum() for lp, w in zip(fn(), weights)).backward()
+        grads.append(torch.cat([p.grad.flatten() for p in model.parameters()]))
+    model.zero_grad()
+    assert grads[0].abs().sum() > 0
+    assert torch.allclose(grads[0], grads[1], atol=1e-5, rtol=1e-4)
+
+
+def test_shared_prefix_rejects_what_is_not_shared(model):
+    seqs = _group(7, 10, (4, 4))
+    with pytest.raises(ValueError, match="do not share"):
+        compute_token_logprobs_shared_prefix(model, [seqs[0], [1, *seqs[1][1:]]], 10)
+    with pytest.raises(ValueError, match="shorter than every sequence"):
+        compute_token_logprobs_shared_prefix(model, seqs, 14)
+    with pytest.raises(ValueError, match=">= 1"):
+        compute_token_logprobs_shared_prefix(model, seqs, 0)

@@ -13,7 +13,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from legorl.config import TrainerConfig
 from legorl.training.gspo import LossConfig, aggregate_losses, needs_old_recompute, sample_loss
 from legorl.training.logprobs import compute_token_logprobs
-from legorl.training.trainer import Trainer, lr_factor, plan_forward_passes
+from legorl.training.trainer import ForwardPass, Trainer, lr_factor, plan_forward_passes, plan_shared_prefix_passes
 from legorl.trajectory.records import Sample
 
 VOCAB = 61
@@ -56,6 +56,33 @@ def _samples(model, n: int = 6, seed: int = 1, rollout_shift: float = 0.0) -> li
                 reward=float(i % 2 == 0),
             )
         )
+    return out
+
+
+def _group_samples(model, groups: int = 2, size: int = 4, prompt: int = 20, seed: int = 2) -> list[Sample]:
+    """GRPO-shaped batch: ``groups`` prompts, ``size`` completions each (different lengths, and
+    the completions of a group share their first token, so the common prefix reaches past the prompt)."""
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for k in range(groups):
+        head = torch.randint(0, VOCAB, (prompt + 1,), generator=g).tolist()
+        for j in range(size):
+            ids = head + torch.randint(0, VOCAB, (2 + 3 * j,), generator=g).tolist()
+            with torch.no_grad():
+                lp = compute_token_logprobs(model, ids).tolist()
+            mask = [0] * prompt + [1] * (len(ids) - prompt)
+            out.append(
+                Sample(
+                    rollout_id=f"g{k}r{j}",
+                    thread_id="t",
+                    segment_index=0,
+                    token_ids=ids,
+                    loss_mask=mask,
+                    rollout_logprobs=[v if m else 0.0 for v, m in zip(lp, mask)],
+                    advantage=(1.0, -1.0, 0.5, -0.5)[j % 4],
+                    reward=float(j % 2 == 0),
+                )
+            )
     return out
 
 
@@ -297,3 +324,48 @@ def test_step_logprobs_are_the_pre_update_view_of_every_scored_sample(epochs):
         for g, r, m in zip(got, ref, s.loss_mask):
             assert g == pytest.approx(r if m else 0.0, abs=1e-5)
     assert trainer.step_logprobs(_samples(model, n=1, seed=7)[0]) is None
+
+
+def test_plan_shared_prefix_passes():
+    prompt_a, prompt_b = [1, 2, 3, 4], [9, 9, 9]
+    ids = [
+        prompt_a + [5, 6],  # 0: family a; a's members also share the token 5
+        prompt_a + [5, 7, 8, 9],  # 1
+        prompt_b + [1],  # 2: alone (its prompt is nobody else's)
+        prompt_a + [5, 6, 6, 6, 6, 6, 6],  # 3
+        [7, 7, 7, 7, 7],  # 4: alone
+    ]
+    masks = [[0] * 4 + [1] * 2, [0] * 4 + [1] * 4, [0] * 3 + [1], [0] * 4 + [1] * 7, [0, 0, 1, 1, 1]]
+    passes = plan_shared_prefix_passes(ids, masks, forward_tokens=1000)
+    assert passes[0] == ForwardPass([3, 1, 0], prefix_len=5)  # longest common prefix, prompt + "5"
+    assert sorted(i for p in passes[1:] for i in p.indices) == [2, 4] and all(p.prefix_len is None for p in passes[1:])
+    # prefix + rows × longest suffix bounded: 5 + 2 × 6 > 16, so the family splits; a chunk of one runs alone
+    small = plan_shared_prefix_passes(ids, masks, forward_tokens=16)
+    shared = [p for p in small if p.prefix_len is not None]
+    assert shared == [ForwardPass([1, 0], prefix_len=5)]
+    assert sorted(i for p in small for i in p.indices) == [0, 1, 2, 3, 4]
+    # a member that is the whole common prefix keeps one token of its own
+    dup = plan_shared_prefix_passes([[1, 2, 3], [1, 2, 3]], [[0, 1, 1], [0, 1, 1]], 100)
+    assert dup == [ForwardPass([0, 1], prefix_len=2)]
+
+
+def test_prefix_sharing_does_not_change_the_update():
+    """A GRPO-shaped batch with the prompt run once per group gives the unshared step (loss,
+    weights, fidelity), for fewer tokens fed."""
+    results = []
+    for sharing in (False, True):
+        model = _model()
+        w0 = _weights(model).clone()
+        trainer = Trainer(model, TrainerConfig(lr=1e-3, prefix_sharing=sharing, packing=True))
+        trainer.optimizer = _sgd(model)
+        m = trainer.step(_group_samples(model))
+        results.append((m, _weights(model) - w0))
+    (m_plain, w_plain), (m_shared, w_shared) = results
+    assert m_plain["train/sample_tokens"] == m_shared["train/sample_tokens"]
+    assert m_plain["train/fed_tokens"] == m_plain["train/sample_tokens"]  # packed: no padding
+    # 2 groups × (21 shared + 4 suffixes padded to the longest, 2 + 3·3): 2 × (21 + 4 × 11) = 130
+    assert m_shared["train/forward_passes"] == 2 and m_shared["train/fed_tokens"] == 130
+    assert m_shared["train/fed_tokens"] < 0.7 * m_plain["train/fed_tokens"]
+    assert m_shared["train/loss"] == pytest.approx(m_plain["train/loss"], abs=1e-6)
+    assert m_shared["mismatch/max_abs_diff"] < 1e-4
+    assert w_plain.abs().max() > 1e-5 and torch.allclose(w_plain, w_shared, atol=1e-8, rtol=1e-4)

@@ -112,9 +112,10 @@ def run_learn_bench(
     cfg = RunConfig.load(config, **(overrides or {}))
     if cfg.eval.suite is None:
         raise ConfigError(f"{config}: bench learn needs an eval section with a held-out suite (eval.suite)")
-    from rich.console import Console
+    from legorl.observe.progress import RichPhaseProgress
 
-    progress = Console(stderr=True)  # stdout carries the JSON; a run of hours must not be silent
+    phases = RichPhaseProgress()  # on stderr: stdout carries the JSON; a run of hours must not be silent
+    progress = phases.console
     out_dir = Path(out_dir)
     t0 = time.perf_counter()
     arms = {"policy": False, **({"control": True} if control else {})}
@@ -143,7 +144,8 @@ def run_learn_bench(
                 f"{m['time/step_s']:.0f} s/step, training ETA {eta / 60:.1f} min"
             )
 
-        asyncio.run(train(arm, on_step=on_step))
+        with phases:
+            asyncio.run(train(arm, on_step=on_step, progress=phases))
         walls[name] = time.perf_counter() - t_arm
 
     def report(arm: str, phase: str) -> EvalReport:

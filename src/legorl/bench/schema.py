@@ -53,6 +53,7 @@ RESULT_KEYS: dict[str, tuple[str, ...]] = {
         "samples",
         "tokens",
         "sampled_tokens_per_sample",
+        "group_size",
         "steps",
         "ours_s",
         "ours_steps_s",

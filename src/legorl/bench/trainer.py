@@ -39,15 +39,23 @@ def _peak_rss_mb() -> float:
     return r / (1024 * 1024) if sys.platform == "darwin" else r / 1024
 
 
-def make_samples(model: Any, samples: int, tokens: int, prompt_tokens: int, seed: int = 0) -> list[Any]:
+def make_samples(
+    model: Any, samples: int, tokens: int, prompt_tokens: int, seed: int = 0, group_size: int = 1
+) -> list[Any]:
     """``samples`` Samples of ``tokens`` ids, the last ``tokens - prompt_tokens`` sampled, with the
-    model's own logprobs as rollout logprobs and alternating advantages ±1."""
+    model's own logprobs as rollout logprobs and alternating advantages ±1. ``group_size > 1``:
+    GRPO-shaped, each run of ``group_size`` samples shares one prompt."""
     from legorl.training.logprobs import compute_token_logprobs_batch
     from legorl.trajectory.records import Sample
 
     g = torch.Generator().manual_seed(seed)
     vocab = int(model.config.vocab_size)
-    seqs = [torch.randint(0, vocab, (tokens,), generator=g).tolist() for _ in range(samples)]
+    group_size = max(1, group_size)
+    prompts = [torch.randint(0, vocab, (prompt_tokens,), generator=g).tolist() for _ in range(0, samples, group_size)]
+    seqs = [
+        prompts[i // group_size] + torch.randint(0, vocab, (tokens - prompt_tokens,), generator=g).tolist()
+        for i in range(samples)
+    ]
     with torch.no_grad():
         lps = compute_token_logprobs_batch(model, seqs)
     out = []
@@ -155,6 +163,7 @@ def run_trainer_bench(
     steps: int = 5,
     overrides: dict[str, Any] | None = None,
     compare_trl: bool = True,
+    group_size: int = 1,
 ) -> dict[str, Any]:
     from legorl.config import TrainerConfig
     from legorl.errors import ConfigError
@@ -165,7 +174,7 @@ def run_trainer_bench(
         raise ConfigError(f"bench trainer: --tokens ({tokens}) must exceed the prompt's {prompt_tokens} tokens")
     torch.manual_seed(0)
     m = load_model(model)
-    data = make_samples(m, samples, tokens, prompt_tokens)
+    data = make_samples(m, samples, tokens, prompt_tokens, group_size=group_size)
     cfg = TrainerConfig(**(overrides or {}))
     trainer = Trainer(m, cfg)
     trl: TrlStep | None = None
@@ -191,6 +200,7 @@ def run_trainer_bench(
         "samples": samples,
         "tokens": tokens,
         "sampled_tokens_per_sample": tokens - prompt_tokens,
+        "group_size": group_size,
         "steps": steps,
         "ours_s": statistics.median(times),
         "ours_steps_s": [round(t, 3) for t in times],

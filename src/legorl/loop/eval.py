@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ from legorl.config import RunConfig
 from legorl.loop.eval_stats import EvalReport, Outcome, build_report
 from legorl.loop.rollout import RolloutContext, run_rollout
 from legorl.loop.stack import build_harness, open_gateway_stack, rollout_context, sandbox_backend
+from legorl.observe.progress import NoProgress, PhaseProgress
 from legorl.tasks.loader import load_suite
 from legorl.trajectory.records import Rollout
 
@@ -39,15 +40,14 @@ async def _run_all(
     samples: int,
     sem: asyncio.Semaphore,
     store: Any,
-    on_rollout: Callable[[Rollout], None] | None,
+    progress: PhaseProgress,
 ) -> list[Rollout]:
     async def one(task: Any, g: int) -> Rollout:
         async with sem:
             r = await run_rollout(ctx, task, 0, g)
         if store is not None:
             store.append_rollout(r)
-        if on_rollout is not None:
-            on_rollout(r)
+        progress.rollout_done(r)
         return r
 
     return list(await asyncio.gather(*[one(t, g) for t in tasks for g in range(samples)]))
@@ -61,8 +61,11 @@ async def evaluate(
     engine: str = "embedded",
     checkpoint: Path | None = None,
     concurrency: int = 8,
-    on_rollout: Callable[[Rollout], None] | None = None,
+    progress: PhaseProgress | None = None,
+    label: str = "evaluation",
 ) -> EvalReport:
+    """``samples`` graded rollouts of every task of ``cfg.suite`` (``cfg.task_ids``), then the
+    report; ``progress`` sees one phase, ``label``, of that many rollouts."""
     if engine not in ENGINES:
         raise ValueError(f"unknown engine {engine!r}; known: {', '.join(ENGINES)}")
     if checkpoint is not None and engine != "embedded":
@@ -73,6 +76,8 @@ async def evaluate(
     harness = build_harness(cfg.rollout)
     backend = sandbox_backend(cfg.sandbox)
     sem = asyncio.Semaphore(max(1, concurrency))
+    progress = progress or NoProgress()
+    progress.begin(f"{label}: {cfg.suite}", total=len(tasks) * samples)
     rollouts: list[Rollout] = []
     meta: dict[str, Any] = {
         "suite": cfg.suite,
@@ -96,7 +101,7 @@ async def evaluate(
         if engine == "embedded":
             async with open_gateway_stack(engine_cfg, rollout=cfg.rollout, run_dir=run_dir) as stack:
                 ctx = rollout_context(cfg, stack, backend, harness)
-                rollouts = await _run_all(ctx, tasks, samples, sem, stack.store, on_rollout)
+                rollouts = await _run_all(ctx, tasks, samples, sem, stack.store, progress)
         else:
             from legorl.engines.scripted import ScriptedEngine
             from legorl.gateway.renderer import load_smollm2_gguf_tokenizer
@@ -111,7 +116,7 @@ async def evaluate(
                     engine_cfg, rollout=cfg.rollout, run_dir=run_dir, engine_instance=scripted, tokenizer=tok
                 ) as stack:
                     ctx = rollout_context(cfg, stack, backend, harness)
-                    rollouts += await _run_all(ctx, [task], samples, sem, stack.store, on_rollout)
+                    rollouts += await _run_all(ctx, [task], samples, sem, stack.store, progress)
     outcomes = [Outcome(r.task_id, r.status, r.reward) for r in rollouts]
     return build_report(outcomes, ks, seed=cfg.seed, meta=meta)
 
@@ -121,7 +126,7 @@ def phase_report_path(run_dir: Path, phase: str) -> Path:
     return Path(run_dir) / "eval" / f"{phase}.json"
 
 
-async def evaluate_phase(cfg: RunConfig, phase: str) -> EvalReport:
+async def evaluate_phase(cfg: RunConfig, phase: str, progress: PhaseProgress | None = None) -> EvalReport:
     """The run config's ``eval`` section for ``phase``: ``before`` scores the initial weights,
     ``after`` the run's latest checkpoint. Rollouts go to RUN_DIR/eval/<phase>/, the report to
     :func:`phase_report_path` (written atomically)."""
@@ -140,6 +145,8 @@ async def evaluate_phase(cfg: RunConfig, phase: str) -> EvalReport:
         ks=cfg.eval.k,
         checkpoint=run_dir if phase == "after" else None,
         concurrency=cfg.eval.concurrency,
+        progress=progress,
+        label=f"held-out {phase}",
     )
     report.meta["phase"] = phase
     path = phase_report_path(run_dir, phase)

@@ -8,6 +8,7 @@ import random
 import statistics
 import time
 from collections import Counter
+from collections.abc import Awaitable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from legorl.loop.stack import build_harness, open_gateway_stack, rollout_context
 from legorl.models.registry import load_model
 from legorl.observe.metrics import MetricsLogger, read_metrics
 from legorl.observe.monitors import AlertLog, Monitors
+from legorl.observe.progress import NoProgress, PhaseProgress
 from legorl.observe.token_logprobs import TrainerLogprobs
 from legorl.tasks.loader import load_suite
 from legorl.training.checkpoint import (
@@ -41,13 +43,16 @@ from legorl.trajectory.records import Rollout
 log = logging.getLogger(__name__)
 
 
-async def train(cfg: RunConfig, on_step=None, resume: bool = False) -> list[dict[str, Any]]:
+async def train(
+    cfg: RunConfig, on_step=None, resume: bool = False, progress: PhaseProgress | None = None
+) -> list[dict[str, Any]]:
     """Train per ``cfg``. ``resume``: continue ``cfg.run_dir`` from its latest checkpoint
     (:mod:`legorl.training.checkpoint`): weights, optimizer, RNGs, task-order cursor, weight version.
 
     Between steps the run obeys ``RUN_DIR/control.json`` (:mod:`legorl.loop.control`): it waits while
     paused and ends after a checkpoint when asked to stop; the monitors (``cfg.monitors``) ask for
-    either when a threshold with that action is crossed."""
+    either when a threshold with that action is crossed. ``progress`` sees each phase: held-out
+    evaluations, every step's rollouts (one by one) and its training."""
     run_dir = Path(cfg.run_dir)
     ckpt = latest_checkpoint(run_dir) if resume else None
     if resume and ckpt is None:
@@ -66,9 +71,16 @@ async def train(cfg: RunConfig, on_step=None, resume: bool = False) -> list[dict
     backend = sandbox_backend(cfg.sandbox)
     if cfg.eval.suite is not None and cfg.eval.before and not phase_report_path(run_dir, "before").is_file():
         log.info("held-out evaluation before training: %s", cfg.eval.suite)
-        await evaluate_phase(cfg, "before")
+        await evaluate_phase(cfg, "before", progress)
     metrics_log = MetricsLogger(run_dir, wandb=cfg.wandb, run_config=cfg.model_dump(mode="json"))
     trainer_logprobs = TrainerLogprobs(run_dir)  # the UI's per-token heat map
+    phases = progress or NoProgress()
+
+    async def tracked(rollout: Awaitable[Rollout]) -> Rollout:
+        done = await rollout
+        phases.rollout_done(done)
+        return done
+
     history: list[dict[str, Any]] = []
     try:
         # The gateway samples exactly as the trainer assumes (rollout=...), whatever the harness asks for.
@@ -116,8 +128,9 @@ async def train(cfg: RunConfig, on_step=None, resume: bool = False) -> list[dict
                     break
                 t0 = time.perf_counter()
                 chosen = rng.sample(tasks, min(cfg.tasks_per_step, len(tasks)))
+                phases.begin(f"step {step + 1}/{cfg.steps}: rollouts", total=len(chosen) * cfg.group_size)
                 rollouts: list[Rollout] = await asyncio.gather(
-                    *[run_rollout(ctx, task, step, g) for task in chosen for g in range(cfg.group_size)]
+                    *[tracked(run_rollout(ctx, task, step, g)) for task in chosen for g in range(cfg.group_size)]
                 )
                 for r in rollouts:  # on disk before anything trains on them
                     store.append_rollout(r)
@@ -126,6 +139,7 @@ async def train(cfg: RunConfig, on_step=None, resume: bool = False) -> list[dict
                     rollouts, cfg.grading.flagged_policy, cfg.trainer.truncated, cfg.trainer.truncated_reward
                 )
                 version_before = trainer.version
+                phases.begin(f"step {step + 1}/{cfg.steps}: training on {len(batch.samples)} samples")
                 metrics = await asyncio.to_thread(trainer.step, batch.samples, batch.monitor)
                 record_step_logprobs(trainer_logprobs, trainer, rollouts, step, version_before)
                 if metrics["train/updated"]:
@@ -175,7 +189,7 @@ async def train(cfg: RunConfig, on_step=None, resume: bool = False) -> list[dict
     finished = latest_checkpoint(run_dir)
     if cfg.eval.suite is not None and cfg.eval.after and finished is not None and finished_all_steps(finished, cfg):
         log.info("held-out evaluation after training: %s", cfg.eval.suite)
-        await evaluate_phase(cfg, "after")
+        await evaluate_phase(cfg, "after", progress)
     return history
 
 

@@ -23,7 +23,12 @@ from typing import Any
 import torch
 from torch.utils.checkpoint import checkpoint
 
-__all__ = ["compute_token_logprobs", "compute_token_logprobs_batch", "compute_token_logprobs_packed"]
+__all__ = [
+    "compute_token_logprobs",
+    "compute_token_logprobs_batch",
+    "compute_token_logprobs_packed",
+    "compute_token_logprobs_shared_prefix",
+]
 
 
 def _as_ids(token_ids: Sequence[int] | torch.Tensor, device: torch.device) -> torch.Tensor:
@@ -53,9 +58,10 @@ def _chunked_head_logprobs(
     hidden: torch.Tensor, targets: torch.Tensor, head: torch.nn.Module, temperature: float, chunk_size: int
 ) -> torch.Tensor:
     """``[B, T]`` logprobs of ``targets`` from ``[B, T, H]`` hidden states, the LM head run over
-    ``chunk_size`` positions at a time (checkpointed under grad: backward recomputes each chunk)."""
+    ``chunk_size`` positions at a time, all rows together (``chunk_size // B`` columns per chunk;
+    checkpointed under grad: backward recomputes each chunk)."""
     use_ckpt = torch.is_grad_enabled() and hidden.requires_grad
-    step = max(1, int(chunk_size))
+    step = max(1, int(chunk_size) // max(1, hidden.shape[0]))
     parts = []
     for c in range(0, hidden.shape[1], step):
         h, t = hidden[:, c : c + step], targets[:, c : c + step]
@@ -137,7 +143,7 @@ def compute_token_logprobs_batch(
     The decoder body runs once over the padded ``[B, T]`` batch; the LM head, log-softmax and
     gather run over ``chunk_size`` positions at a time (checkpointed under grad, so backward
     recomputes them chunk by chunk): the ``[B, T, vocab]`` logits never exist, only
-    ``[B, chunk, vocab]``. Padding is on the right, so every real token sees positions
+    ``[B, chunk / B, vocab]``. Padding is on the right, so every real token sees positions
     ``0..len_i-1`` and only real tokens: the result equals :func:`compute_token_logprobs` per
     sequence up to float rounding.
     """
@@ -201,3 +207,76 @@ def compute_token_logprobs_packed(
         out.append(torch.cat([zero, lp[start : start + n - 1]]) if n > 0 else zero[:0])
         start += n
     return out
+
+
+def compute_token_logprobs_shared_prefix(
+    model: Any,
+    sequences: Sequence[Sequence[int] | torch.Tensor],
+    prefix_len: int,
+    temperature: float = 1.0,
+    pad_token_id: int = 0,
+    chunk_size: int = 1024,
+    score_from: int = 1,
+) -> list[torch.Tensor]:
+    """Several sequences that start with the same ``prefix_len`` tokens (a GRPO group: one prompt,
+    several completions), the prefix run once.
+
+    The prefix goes through the decoder as one row, filling a KV cache; the cache is repeated to
+    the batch (``repeat_interleave`` is differentiable, so under grad the prefix's activations are
+    kept once and backward sums every row's gradient into them); then the suffixes run as one
+    right-padded ``[B, longest_suffix]`` block on top of it, positions ``prefix_len..``. The
+    result is what :func:`compute_token_logprobs_batch` returns (one ``[len_i]`` tensor per
+    sequence, ``[0] = 0.0``, differentiable under grad), equal up to float rounding, for
+    ``prefix_len + B × longest_suffix`` tokens fed instead of ``B × longest``. Needs
+    ``1 <= prefix_len < len_i`` for every sequence and a model with ``get_decoder`` /
+    ``get_output_embeddings``.
+
+    ``score_from``: prefix positions before it are not scored (``0.0``; the suffixes always are), which skips the LM head over a
+    prompt that no loss looks at (the head is about a fifth of SmolLM2's compute per position).
+    """
+    from transformers import DynamicCache
+
+    p = next(model.parameters())
+    seqs, lens, temperature = _batch_inputs(sequences, p.device, temperature)
+    if not seqs:
+        return []
+    P = int(prefix_len)
+    if not 1 <= P < min(lens):
+        raise ValueError(f"prefix_len {P} must be >= 1 and shorter than every sequence (shortest: {min(lens)})")
+    prefix = seqs[0][:P]
+    if any(not torch.equal(s[:P], prefix) for s in seqs[1:]):
+        raise ValueError(f"the sequences do not share their first {P} tokens")
+    decoder, head = model.get_decoder(), model.get_output_embeddings()
+    cache = DynamicCache()
+    hp = decoder(
+        input_ids=prefix[None],
+        position_ids=torch.arange(P, device=p.device)[None],
+        past_key_values=cache,
+        use_cache=True,
+    ).last_hidden_state  # [1, P, H]
+    B, S = len(seqs), max(lens) - P
+    cache.batch_repeat_interleave(B)
+    suffix = torch.full((B, S), pad_token_id, dtype=torch.long, device=p.device)
+    for i, s in enumerate(seqs):
+        suffix[i, : lens[i] - P] = s[P:]
+    # right padding: every real suffix token sees the prefix and the real tokens before it only,
+    # so one causal-after-the-prefix mask serves all rows
+    hs = decoder(
+        input_ids=suffix,
+        position_ids=torch.arange(P, P + S, device=p.device)[None].expand(B, S),
+        attention_mask=_causal_mask(S, P, p.dtype, p.device),
+        past_key_values=cache,
+        use_cache=True,
+    ).last_hidden_state  # [B, S, H]
+    zero = torch.zeros(1, dtype=torch.float32, device=p.device)
+    first = min(max(1, int(score_from)), P)  # prefix positions first..P-1 are scored
+    scored = (
+        _chunked_head_logprobs(hp[:, first - 1 : -1], prefix[None, first:], head, temperature, chunk_size)[0]
+        if first < P
+        else zero[:0]
+    )
+    prefix_lp = torch.cat([zero.expand(first - 1), scored])
+    # the prefix's last position predicts every row's first suffix token
+    hidden = torch.cat([hp[:, -1:].expand(B, 1, hp.shape[-1]), hs[:, :-1]], dim=1)
+    suffix_lp = _chunked_head_logprobs(hidden, suffix, head, temperature, chunk_size)  # [B, S]
+    return [torch.cat([zero, prefix_lp, suffix_lp[i, : lens[i] - P]]) for i in range(B)]

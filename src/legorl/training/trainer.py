@@ -14,7 +14,8 @@ batch:
    (the loss is normalised by the mini-batch's totals, so the split does not change the step);
    with ``packing``, samples are instead packed end to end into one row per pass (no padding; a
    block-diagonal causal mask keeps them apart: :func:`compute_token_logprobs_packed`);
-   the LM head is chunked over positions (:func:`compute_token_logprobs_batch`), so full-vocabulary
+   with ``prefix_sharing`` (default), samples that share a prompt run it once and their
+   completions as a batch on its KV cache (:func:`plan_shared_prefix_passes`); the LM head is chunked over positions (:func:`compute_token_logprobs_batch`), so full-vocabulary
    logits exist for ``chunk_size`` positions at a time;
 4. samples without a gradient (zero advantage, or ``monitor``) are scored without grad for the
    fidelity statistics only.
@@ -37,10 +38,14 @@ import torch
 
 from legorl.config import TrainerConfig
 from legorl.training.gspo import LossConfig, aggregate_losses, mismatch_stats, needs_old_recompute, sample_loss
-from legorl.training.logprobs import compute_token_logprobs_batch, compute_token_logprobs_packed
+from legorl.training.logprobs import (
+    compute_token_logprobs_batch,
+    compute_token_logprobs_packed,
+    compute_token_logprobs_shared_prefix,
+)
 from legorl.trajectory.records import Sample
 
-__all__ = ["Trainer", "lr_factor", "plan_forward_passes"]
+__all__ = ["ForwardPass", "Trainer", "lr_factor", "plan_forward_passes", "plan_shared_prefix_passes"]
 
 
 def lr_factor(step_index: int, warmup_steps: int, schedule: str, total_steps: int | None) -> float:
@@ -85,6 +90,64 @@ def plan_forward_passes(lengths: Sequence[int], forward_tokens: int, packing: bo
     return passes
 
 
+@dataclass(frozen=True)
+class ForwardPass:
+    """Samples (indices into a batch) run in one forward pass; ``prefix_len``: they start with the
+    same that many tokens, which run once (:func:`compute_token_logprobs_shared_prefix`)."""
+
+    indices: list[int]
+    prefix_len: int | None = None
+
+
+def _first_sampled(loss_mask: Sequence[int]) -> int:
+    """Index of the first token under the loss (the prompt ends there)."""
+    return next((k for k, m in enumerate(loss_mask) if m), len(loss_mask))
+
+
+def _common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    return next((k for k in range(n) if a[k] != b[k]), n)
+
+
+def plan_shared_prefix_passes(
+    token_ids: Sequence[Sequence[int]], loss_masks: Sequence[Sequence[int]], forward_tokens: int, packing: bool = False
+) -> list[ForwardPass]:
+    """Forward passes for a batch, samples that share a prompt run on one copy of it.
+
+    Samples whose tokens before the first sampled one are equal form a family (a GRPO group: one
+    prompt, several completions); its shared prefix is the members' longest common prefix, capped
+    so every member keeps at least one token of its own. A family is split into passes of
+    ``prefix + rows × longest_suffix <= forward_tokens`` (longest suffixes first; at least one
+    row). Samples left alone (no family, or the last member of a split) are planned by
+    :func:`plan_forward_passes` (padded, or packed)."""
+    families: dict[tuple[int, ...], list[int]] = {}
+    for i, (ids, mask) in enumerate(zip(token_ids, loss_masks)):
+        families.setdefault(tuple(ids[: _first_sampled(mask)]), []).append(i)
+    passes: list[ForwardPass] = []
+    alone: list[int] = []
+    for members in families.values():
+        lead = token_ids[members[0]]
+        shared = min(_common_prefix_len(lead, token_ids[i]) for i in members)
+        shared = min(shared, min(len(token_ids[i]) for i in members) - 1)
+        if len(members) < 2 or shared < 1:
+            alone.extend(members)
+            continue
+        members = sorted(members, key=lambda i: -len(token_ids[i]))
+        while members:
+            longest = len(token_ids[members[0]]) - shared
+            rows = max(1, min(len(members), (forward_tokens - shared) // max(1, longest)))
+            chunk, members = members[:rows], members[rows:]
+            if len(chunk) == 1:
+                alone.extend(chunk)
+            else:
+                passes.append(ForwardPass(chunk, shared))
+    lengths = [len(token_ids[i]) for i in alone]
+    passes.extend(
+        ForwardPass([alone[j] for j in part]) for part in plan_forward_passes(lengths, forward_tokens, packing)
+    )
+    return passes
+
+
 @dataclass
 class _StepStats:
     losses: list[float] = field(default_factory=list)  # per optimiser step
@@ -95,8 +158,9 @@ class _StepStats:
     tis: list[float] = field(default_factory=list)
     kl: list[float] = field(default_factory=list)
     forward_passes: int = 0
-    padded_tokens: int = 0
-    real_tokens: int = 0
+    fed_tokens: int = 0  # token positions the decoder ran (padding and shared prefixes counted as fed)
+    pad_tokens: int = 0
+    sample_tokens: int = 0  # the samples' own lengths, summed
 
 
 def _mean(xs: Sequence[float]) -> float:
@@ -136,7 +200,20 @@ class Trainer:
         self._step_logprobs: dict[int, torch.Tensor] = {}
 
     # -- scoring ---------------------------------------------------------------------------------
-    def _logprobs(self, model: torch.nn.Module, samples: Sequence[Sample]) -> list[torch.Tensor]:
+    def _logprobs(
+        self, model: torch.nn.Module, samples: Sequence[Sample], prefix_len: int | None = None
+    ) -> list[torch.Tensor]:
+        if prefix_len is not None:
+            return compute_token_logprobs_shared_prefix(
+                model,
+                [s.token_ids for s in samples],
+                prefix_len,
+                temperature=self.temperature,
+                pad_token_id=self.pad_token_id,
+                chunk_size=self.cfg.chunk_size,
+                # only sampled tokens are read (loss and fidelity): no LM head over the prompt
+                score_from=min(_first_sampled(s.loss_mask) for s in samples),
+            )
         if self.cfg.packing:
             return compute_token_logprobs_packed(
                 model, [s.token_ids for s in samples], temperature=self.temperature, chunk_size=self.cfg.chunk_size
@@ -153,14 +230,22 @@ class Trainer:
         """No-grad logprobs on each sample's loss-masked tokens, in as few forwards as allowed."""
         out: list[torch.Tensor] = [torch.empty(0)] * len(samples)
         with torch.no_grad():
-            for part in self._plan([len(s.token_ids) for s in samples]):
-                lps = self._logprobs(model, [samples[i] for i in part])
-                for i, lp in zip(part, lps):
+            for fp in self._plan(samples):
+                lps = self._logprobs(model, [samples[i] for i in fp.indices], fp.prefix_len)
+                for i, lp in zip(fp.indices, lps):
                     out[i] = lp[_mask(samples[i])]
         return out
 
-    def _plan(self, lengths: Sequence[int]) -> list[list[int]]:
-        return plan_forward_passes(lengths, self.cfg.forward_tokens, packing=self.cfg.packing)
+    def _plan(self, samples: Sequence[Sample]) -> list[ForwardPass]:
+        if self.cfg.prefix_sharing:
+            return plan_shared_prefix_passes(
+                [s.token_ids for s in samples],
+                [s.loss_mask for s in samples],
+                self.cfg.forward_tokens,
+                packing=self.cfg.packing,
+            )
+        lengths = [len(s.token_ids) for s in samples]
+        return [ForwardPass(p) for p in plan_forward_passes(lengths, self.cfg.forward_tokens, packing=self.cfg.packing)]
 
     def step_logprobs(self, sample: Sample) -> list[float] | None:
         """The last :meth:`step`'s pre-update logprob of every token of ``sample`` (0.0 where the
@@ -245,7 +330,9 @@ class Trainer:
             "train/optimizer_steps": opt_steps,
             "train/old_logprobs_recomputed": recompute,
             "train/forward_passes": stats.forward_passes,
-            "train/padding_frac": 1.0 - stats.real_tokens / stats.padded_tokens if stats.padded_tokens else 0.0,
+            "train/padding_frac": stats.pad_tokens / stats.fed_tokens if stats.fed_tokens else 0.0,
+            "train/fed_tokens": stats.fed_tokens,
+            "train/sample_tokens": stats.sample_tokens,
             "train/lr": lr,
             "train/updated": opt_steps > 0,
             "time/score_s": t_score,
@@ -268,17 +355,15 @@ class Trainer:
         total_tokens = sum(s.num_sampled for s in mb)
         loss_value = 0.0
         fid: list[torch.Tensor] = [torch.empty(0)] * len(mb)
-        lengths = [len(s.token_ids) for s in mb]
-        for part in self._plan(lengths):
+        for fp in self._plan(mb):
+            part = fp.indices
             rows = [mb[i] for i in part]
-            lps = self._logprobs(self.model, rows)
+            lps = self._logprobs(self.model, rows, fp.prefix_len)
             refs: list[torch.Tensor | None] = [None] * len(rows)
             if self.reference is not None:
                 refs = list(self._score(self.reference, rows))
             stats.forward_passes += 1
-            longest = max(lengths[i] for i in part)
-            stats.padded_tokens += sum(lengths[i] for i in part) if self.cfg.packing else len(rows) * longest
-            stats.real_tokens += sum(lengths[i] for i in part)
+            _count_tokens(stats, [len(s.token_ids) for s in rows], fp.prefix_len, self.cfg.packing)
             losses = []
             for j, (i, s) in enumerate(zip(part, rows)):
                 logp = lps[j][_mask(s)]
@@ -316,6 +401,18 @@ class Trainer:
         self.optimizer.load_state_dict(state["optimizer"])
         self.version = int(state["version"])
         self.step_index = int(state["step_index"])
+
+
+def _count_tokens(stats: _StepStats, lengths: Sequence[int], prefix_len: int | None, packing: bool) -> None:
+    if prefix_len is not None:
+        real = prefix_len + sum(n - prefix_len for n in lengths)
+        fed = prefix_len + len(lengths) * (max(lengths) - prefix_len)
+    else:
+        real = sum(lengths)
+        fed = real if packing else len(lengths) * max(lengths)
+    stats.fed_tokens += fed
+    stats.pad_tokens += fed - real
+    stats.sample_tokens += sum(lengths)
 
 
 def _mask(sample: Sample) -> torch.Tensor:

@@ -1,0 +1,40 @@
+"""The live progress bar: phases replace each other, rollouts advance it with a token rate."""
+
+from __future__ import annotations
+
+import io
+
+from rich.console import Console
+
+from legorl.observe.progress import RichPhaseProgress, sampled_tokens
+from legorl.trajectory.records import Rollout, Sample
+
+
+def _rollout(i: int, sampled: int) -> Rollout:
+    ids = list(range(4 + sampled))
+    mask = [0] * 4 + [1] * sampled
+    sample = Sample(
+        rollout_id=f"r{i}",
+        thread_id="t",
+        segment_index=0,
+        token_ids=ids,
+        loss_mask=mask,
+        rollout_logprobs=[0.0] * len(ids),
+    )
+    return Rollout(rollout_id=f"r{i}", task_id="t", harness="h", sandbox="s", samples=[sample])
+
+
+def test_phases_and_rate():
+    out = io.StringIO()
+    with RichPhaseProgress(Console(file=out, force_terminal=True, width=120)) as bar:
+        bar.begin("step 1/2: rollouts", total=3)
+        bar.rollout_done(_rollout(0, 10))
+        bar.rollout_done(_rollout(1, 5))
+        [(label, done, total, rate)] = bar.tasks
+        assert (label, done, total) == ("step 1/2: rollouts", 2, 3)
+        assert rate.endswith(" tok/s") and float(rate.split()[0]) > 0
+        bar.begin("step 1/2: training on 16 samples")  # the next phase replaces the bar
+        assert [(t[0], t[1], t[2]) for t in bar.tasks] == [("step 1/2: training on 16 samples", 0, None)]
+        bar.console.print("a summary line")
+    assert "a summary line" in out.getvalue()
+    assert sampled_tokens(_rollout(2, 7)) == 7
