@@ -218,7 +218,28 @@ def _run(cfg, resume: bool = False) -> list[dict]:
     return []
 
 
-def _summary(history: list[dict], run_dir: Path) -> None:
+def _heldout_line(run_dir: Path) -> str | None:
+    """The run's held-out evaluation before and after training, when it has both."""
+    from legorl.loop.eval import phase_report_path
+    from legorl.loop.eval_stats import EvalReport, two_proportion_test
+
+    paths = [phase_report_path(run_dir, phase) for phase in ("before", "after")]
+    if not all(p.is_file() for p in paths):
+        return None
+    before, after = (EvalReport.from_dict(json.loads(p.read_text())) for p in paths)
+    if not before.samples or not after.samples:
+        return None
+    _, p = two_proportion_test(after.correct, after.samples, before.correct, before.samples)
+    rb, ra = before.correct / before.samples, after.correct / after.samples
+    return (
+        f"held-out {before.meta.get('suite', '')}: before {before.correct}/{before.samples} = {rb:.3f}, "
+        f"after {after.correct}/{after.samples} = {ra:.3f} ({ra - rb:+.3f}, two-proportion p = {p:.3g}; "
+        f"env failures apart: {before.env_failures} + {after.env_failures})"
+    )
+
+
+def _summary(history: list[dict], run_dir: Path, cost: tuple[float, float] | None = None) -> None:
+    """The per-step table, the held-out rates, where everything is; ``cost``: (wall s, peak GB)."""
     table = Table(title=f"LEGO-RL run {run_dir}")
     cols = [
         ("step", "step", "{}"),
@@ -247,9 +268,21 @@ def _summary(history: list[dict], run_dir: Path) -> None:
             cells.append("—" if v is None else fmt.format(v))
         table.add_row(*cells)
     console.print(table)
+    heldout = _heldout_line(run_dir)
+    if heldout:
+        console.print(heldout)
+    plot = run_dir / "reward_curve.png"
     console.print(
-        f"turns+rollouts: {run_dir}/run.sqlite (legorl export {run_dir} --out DIR)  metrics: {run_dir}/metrics.jsonl"
+        f"run: {run_dir}  metrics: {run_dir}/metrics.jsonl"
+        + (f"  plot: {plot}" if plot.is_file() else "")
+        + f"  turns+rollouts: {run_dir}/run.sqlite (legorl export {run_dir} --out DIR)"
     )
+    if cost is not None:
+        wall_s, peak_gb = cost
+        console.print(
+            f"wall time {wall_s / 60:.1f} min (this command, setup excluded); "
+            f"peak resident memory of the process tree {peak_gb:.2f} GB"
+        )
     from legorl.loop.control import read_control
 
     control = read_control(run_dir)
@@ -299,24 +332,29 @@ def _train(
 ) -> None:
     """``legorl train`` and ``legorl demo``: one code path (validate the config, optionally serve the UI).
     ``resume``: a run directory to continue from its latest checkpoint (its config.json, then ``set_``)."""
-    if resume is not None:
-        cfg = _load_config(config or resume / "config.json", set_, run_dir=str(resume))
-        _summary(_run(cfg, resume=True), Path(cfg.run_dir))
-        return
-    cfg = _load_config(config, set_)
-    if validate:
-        observe_cli.check_before_train(cfg, live=validate_live)
-    if not ui:
-        _summary(_run(cfg), Path(cfg.run_dir))
-        return
-    with observe_cli.train_ui(cfg, port=ui_port):
-        _summary(_run(cfg), Path(cfg.run_dir))
+    import contextlib
+    import time
+
+    from legorl.observe.memory import TreeMemory
+
+    t0 = time.monotonic()
+    with TreeMemory() as memory:
+        if resume is not None:
+            cfg = _load_config(config or resume / "config.json", set_, run_dir=str(resume))
+            history = _run(cfg, resume=True)
+        else:
+            cfg = _load_config(config, set_)
+            if validate:
+                observe_cli.check_before_train(cfg, live=validate_live)
+            with observe_cli.train_ui(cfg, port=ui_port) if ui else contextlib.nullcontext():
+                history = _run(cfg)
+    _summary(history, Path(cfg.run_dir), (time.monotonic() - t0, memory.peak_gb))
 
 
 @app.command()
 def demo(set_: list[str] = typer.Option([], "--set", help=_SET_HELP)) -> None:
-    """Exactly `legorl train --config configs/demo.json`: the walking skeleton end to end on the
-    embedded model (trivial tasks, minimal harness, GSPO)."""
+    """Exactly `legorl train --config configs/demo.json`: a short GSPO learning run of the embedded
+    SmolLM2 on one-line fixes (line-fix harness), held-out solve rate before and after."""
     from legorl.config import shipped_config
 
     try:

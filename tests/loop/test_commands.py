@@ -45,7 +45,8 @@ def test_demo_is_train_with_the_demo_config(train_calls, monkeypatch):
     assert demo == train and demo1 == train1  # the same call, the same RunConfig
     (cfg,), kwargs = demo
     assert kwargs == {} and cfg == RunConfig.load(CONFIGS_DIR / "demo.json")
-    assert demo1[0][0].steps == 1 and cfg.steps == 2
+    assert demo1[0][0].steps == 1 and cfg.steps == 5
+    assert cfg.eval.suite == "oneline-heldout" and cfg.suite == "oneline-train"  # the demo is a learning run
 
 
 def test_demo_does_not_depend_on_the_working_directory(train_calls, monkeypatch, tmp_path):

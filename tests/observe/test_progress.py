@@ -38,3 +38,17 @@ def test_phases_and_rate():
         bar.console.print("a summary line")
     assert "a summary line" in out.getvalue()
     assert sampled_tokens(_rollout(2, 7)) == 7
+
+
+def test_without_a_terminal_the_figures_print_as_lines():
+    """A log file cannot redraw a bar: the phase and each quarter of its rollouts print as lines."""
+    out = io.StringIO()
+    with RichPhaseProgress(Console(file=out, force_terminal=False, width=200)) as bar:
+        bar.begin("held-out before: oneline-heldout", total=8)
+        for i in range(8):
+            bar.rollout_done(_rollout(i, 3))
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "held-out before: oneline-heldout: 8 rollouts"
+    quarters = [ln for ln in lines[1:] if "rollouts," in ln]
+    assert [ln.split(": ")[-1].split()[0] for ln in quarters] == ["2/8", "4/8", "6/8", "8/8"]
+    assert all("tok/s" in ln and "ETA" in ln for ln in quarters)

@@ -69,7 +69,15 @@ def test_harness_and_tool_format_mismatch_is_fatal(tmp_path):
 
 def test_budget_and_batch_arithmetic_are_fatal_with_the_fix(tmp_path):
     checks = _by_name(
-        validate(_config(tmp_path, rollout__max_tokens_per_turn=9000, tasks_per_step=5), structure_only=True)
+        validate(
+            _config(
+                tmp_path,
+                rollout__max_tokens_per_turn=9000,
+                tasks_per_step=5,
+                task_ids=[f"legorl__oneline-train-{i:03d}" for i in (1, 2, 3)],
+            ),
+            structure_only=True,
+        )
     )
     assert checks["budget.context"].level == "fatal" and "8192" in checks["budget.context"].message
     assert "max_tokens_per_turn" in checks["budget.context"].fix

@@ -32,6 +32,7 @@ from legorl.config import RunConfig
 from legorl.errors import ConfigError
 from legorl.loop.eval import phase_report_path
 from legorl.loop.eval_stats import EvalReport, two_proportion_test
+from legorl.observe.plots import plot_reward_curves
 
 __all__ = ["bootstrap_diff", "run_learn_bench", "valid_line_rate"]
 
@@ -78,29 +79,6 @@ def valid_line_rate(eval_run_dir: Path) -> float | None:
 
 def _rate(report: EvalReport) -> float:
     return report.correct / report.samples if report.samples else float("nan")
-
-
-def _plot(curves: dict[str, list[tuple[int, float]]], path: Path) -> str | None:
-    """The training reward curves as a PNG; returns why not when matplotlib is missing."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return "matplotlib is not installed (pip install 'legorl[bench]')"
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    for name, points in curves.items():
-        if points:
-            ax.plot([s for s, _ in points], [r for _, r in points], marker="o", label=name)
-    ax.set_xlabel("training step")
-    ax.set_ylabel("mean rollout reward")
-    ax.set_title("legorl bench learn")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return None
 
 
 def run_learn_bench(
@@ -161,7 +139,7 @@ def run_learn_bench(
         for arm in arms
     }
     plot_path = out_dir / "reward_curve.png"
-    plot_skipped = _plot(curves, plot_path)
+    plot_skipped = plot_reward_curves(curves, plot_path, "legorl bench learn")
     result: dict[str, Any] = {
         "heldout_before": _rate(before),
         "heldout_after": _rate(after),

@@ -24,8 +24,10 @@ from legorl.loop.provenance import write_manifest
 from legorl.loop.rollout import run_rollout
 from legorl.loop.stack import build_harness, open_gateway_stack, rollout_context, sandbox_backend
 from legorl.models.registry import load_model
+from legorl.observe.memory import release_free_memory
 from legorl.observe.metrics import MetricsLogger, read_metrics
 from legorl.observe.monitors import AlertLog, Monitors
+from legorl.observe.plots import run_reward_curve
 from legorl.observe.progress import NoProgress, PhaseProgress
 from legorl.observe.token_logprobs import TrainerLogprobs
 from legorl.tasks.loader import load_suite
@@ -72,6 +74,7 @@ async def train(
     if cfg.eval.suite is not None and cfg.eval.before and not phase_report_path(run_dir, "before").is_file():
         log.info("held-out evaluation before training: %s", cfg.eval.suite)
         await evaluate_phase(cfg, "before", progress)
+        release_free_memory()  # the evaluation's engine is gone; its memory need not stay resident
     metrics_log = MetricsLogger(run_dir, wandb=cfg.wandb, run_config=cfg.model_dump(mode="json"))
     trainer_logprobs = TrainerLogprobs(run_dir)  # the UI's per-token heat map
     phases = progress or NoProgress()
@@ -141,6 +144,7 @@ async def train(
                 version_before = trainer.version
                 phases.begin(f"step {step + 1}/{cfg.steps}: training on {len(batch.samples)} samples")
                 metrics = await asyncio.to_thread(trainer.step, batch.samples, batch.monitor)
+                release_free_memory()  # the step's activations and gradients, before the next rollouts
                 record_step_logprobs(trainer_logprobs, trainer, rollouts, step, version_before)
                 if metrics["train/updated"]:
                     await engine.update_weights(trainer.state_dict(), version=trainer.version)
@@ -183,9 +187,14 @@ async def train(
                 history.append({"step": step, **metrics})
                 if on_step is not None:
                     on_step(step, metrics)
+        # the trainer's weights and optimizer state (3x the model) and the closed engine's model must
+        # not stay resident beside the trained model that the held-out evaluation loads next
+        del trainer, ctx, engine, store, stack
     finally:
         metrics_log.close()
         trainer_logprobs.close()
+        release_free_memory()
+    await asyncio.to_thread(run_reward_curve, run_dir)  # RUN_DIR/reward_curve.png
     finished = latest_checkpoint(run_dir)
     if cfg.eval.suite is not None and cfg.eval.after and finished is not None and finished_all_steps(finished, cfg):
         log.info("held-out evaluation after training: %s", cfg.eval.suite)

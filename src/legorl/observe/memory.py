@@ -1,5 +1,5 @@
-"""Peak resident memory of a whole process tree: this process, its engine and trainer threads, and
-every child it starts (harness programs, sandboxes, graders).
+"""Resident memory of a whole process tree — this process, its engine and trainer threads, and
+every child it starts (harness programs, sandboxes, graders) — and handing freed memory back.
 
 ``getrusage`` reports one process's peak (or the largest child's), not what the machine had to
 hold at once, so a background thread samples the summed RSS of the tree every ``interval``
@@ -9,12 +9,25 @@ several) once per process: an upper bound of what the tree needs, the safe side 
 
 from __future__ import annotations
 
+import ctypes
+import gc
 import threading
 from types import TracebackType
 
 import psutil
 
-__all__ = ["TreeMemory", "tree_rss_bytes"]
+__all__ = ["TreeMemory", "release_free_memory", "tree_rss_bytes"]
+
+
+def release_free_memory() -> None:
+    """Hand memory the process has freed back to the OS. glibc keeps freed heap in its per-thread
+    arenas: without this, a training step's gigabytes of activations and gradients (freed once the
+    optimiser has stepped) would stay resident through the next rollouts, and grow with each step."""
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc (macOS, musl): nothing to trim
+        pass
 
 
 def tree_rss_bytes(root: psutil.Process | None = None) -> int:

@@ -4,7 +4,9 @@ A step of a real run takes minutes; per-step summary lines alone leave the user 
 them. The loop reports phases to a :class:`PhaseProgress`: ``begin`` a phase (with the number of
 rollouts it waits for, or none for training), ``rollout_done`` for each finished rollout. The
 command line shows them as one rich progress bar on stderr — rollouts done/total, sampled tokens
-per second, elapsed time and ETA — while summary lines print above it.
+per second, elapsed time and ETA — while summary lines print above it. Where the console is not a
+terminal (a log file, CI), a bar cannot redraw: the same figures print as plain lines instead, at
+the start of each phase and at each quarter of its rollouts.
 """
 
 from __future__ import annotations
@@ -72,6 +74,8 @@ class RichPhaseProgress:
             transient=True,
         )
         self._task: TaskID | None = None
+        self._label, self._done = "", 0
+        self._total: int | None = None
         self._tokens = 0
         self._t0 = time.monotonic()
 
@@ -89,13 +93,25 @@ class RichPhaseProgress:
             self._bar.remove_task(self._task)
         self._tokens, self._t0 = 0, time.monotonic()
         self._task = self._bar.add_task(label, total=total, rate="")
+        self._label, self._total, self._done = label, total, 0
+        if not self.console.is_terminal:
+            self.console.print(f"{label}" + (f": {total} rollouts" if total else ""))
 
     def rollout_done(self, rollout: Rollout) -> None:
         if self._task is None:
             return
         self._tokens += sampled_tokens(rollout)
-        rate = self._tokens / max(time.monotonic() - self._t0, 1e-6)
+        self._done += 1
+        elapsed = max(time.monotonic() - self._t0, 1e-6)
+        rate = self._tokens / elapsed
         self._bar.update(self._task, advance=1, rate=f"{rate:.1f} tok/s")
+        total = self._total
+        if not self.console.is_terminal and total and self._done * 4 // total > (self._done - 1) * 4 // total:
+            eta = elapsed / self._done * (total - self._done)
+            self.console.print(
+                f"  {self._label}: {self._done}/{total} rollouts, {rate:.1f} tok/s, "
+                f"{elapsed:.0f} s elapsed, ETA {eta:.0f} s"
+            )
 
     @property
     def tasks(self) -> list[tuple[str, float, float | None, str]]:
