@@ -33,29 +33,30 @@ def _model(seed: int = 0) -> LlamaForCausalLM:
     return LlamaForCausalLM(cfg).eval()
 
 
+def _sample(model, rollout_id: str, ids: list[int], prompt: int, advantage: float, shift: float = 0.0) -> Sample:
+    """A Sample of ``ids`` whose first ``prompt`` tokens are prompt; rollout logprobs: the model's
+    own, plus ``shift``."""
+    with torch.no_grad():
+        lp = compute_token_logprobs(model, ids).tolist()
+    mask = [0] * prompt + [1] * (len(ids) - prompt)
+    return Sample(
+        rollout_id=rollout_id,
+        thread_id="t",
+        segment_index=0,
+        token_ids=ids,
+        loss_mask=mask,
+        rollout_logprobs=[v + shift if m else 0.0 for v, m in zip(lp, mask)],
+        advantage=advantage,
+        reward=float(advantage > 0),
+    )
+
+
 def _samples(model, n: int = 6, seed: int = 1, rollout_shift: float = 0.0) -> list[Sample]:
     g = torch.Generator().manual_seed(seed)
     out = []
     for i in range(n):
-        length = 8 + 3 * i
-        ids = torch.randint(0, VOCAB, (length,), generator=g).tolist()
-        prompt = 3
-        with torch.no_grad():
-            lp = compute_token_logprobs(model, ids).tolist()
-        mask = [0] * prompt + [1] * (length - prompt)
-        rollout = [v + rollout_shift if m else 0.0 for v, m in zip(lp, mask)]
-        out.append(
-            Sample(
-                rollout_id=f"r{i}",
-                thread_id="t",
-                segment_index=0,
-                token_ids=ids,
-                loss_mask=mask,
-                rollout_logprobs=rollout,
-                advantage=1.0 if i % 2 == 0 else -1.0,
-                reward=float(i % 2 == 0),
-            )
-        )
+        ids = torch.randint(0, VOCAB, (8 + 3 * i,), generator=g).tolist()
+        out.append(_sample(model, f"r{i}", ids, 3, 1.0 if i % 2 == 0 else -1.0, rollout_shift))
     return out
 
 
@@ -68,21 +69,7 @@ def _group_samples(model, groups: int = 2, size: int = 4, prompt: int = 20, seed
         head = torch.randint(0, VOCAB, (prompt + 1,), generator=g).tolist()
         for j in range(size):
             ids = head + torch.randint(0, VOCAB, (2 + 3 * j,), generator=g).tolist()
-            with torch.no_grad():
-                lp = compute_token_logprobs(model, ids).tolist()
-            mask = [0] * prompt + [1] * (len(ids) - prompt)
-            out.append(
-                Sample(
-                    rollout_id=f"g{k}r{j}",
-                    thread_id="t",
-                    segment_index=0,
-                    token_ids=ids,
-                    loss_mask=mask,
-                    rollout_logprobs=[v if m else 0.0 for v, m in zip(lp, mask)],
-                    advantage=(1.0, -1.0, 0.5, -0.5)[j % 4],
-                    reward=float(j % 2 == 0),
-                )
-            )
+            out.append(_sample(model, f"g{k}r{j}", ids, prompt, (1.0, -1.0, 0.5, -0.5)[j % 4]))
     return out
 
 
