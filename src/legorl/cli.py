@@ -189,25 +189,20 @@ def models_list(
 
 def _run(cfg, resume: bool = False) -> list[dict]:
     import asyncio
-    import time
 
     from legorl.loop.train import train
-    from legorl.observe.progress import RichPhaseProgress
+    from legorl.observe.progress import RichPhaseProgress, StepClock
 
-    started, first_step = time.monotonic(), -1
+    clock = StepClock(cfg.steps)
 
     def on_step(step: int, m: dict) -> None:
-        # the run's ETA from the steps this process ran (a resumed run starts counting anew)
-        nonlocal first_step
-        first_step = step if first_step < 0 else first_step
-        ran, left = step + 1 - first_step, cfg.steps - step - 1
-        eta = (time.monotonic() - started) / ran * left
+        eta = clock.eta_s(step, m["time/step_s"])
         console.print(
             f"step {step + 1}/{cfg.steps}: reward {m['rollout/reward_mean']:.3f}  "
             f"resolved {m['rollout/resolved']}/{m['rollout/count']}"
             f"  trainable samples {m['train/trainable_samples']}  loss {m['train/loss']:+.4f}"
             f"  logprob pearson {m.get('mismatch/pearson') or float('nan'):.5f}  {m['time/step_s']:.0f}s"
-            f"  ETA {eta / 60:.1f} min"
+            f"  steps ETA {eta / 60:.1f} min"
         )
 
     try:

@@ -6,7 +6,7 @@ import io
 
 from rich.console import Console
 
-from legorl.observe.progress import RichPhaseProgress, sampled_tokens
+from legorl.observe.progress import RichPhaseProgress, StepClock, sampled_tokens
 from legorl.trajectory.records import Rollout, Sample
 
 
@@ -52,3 +52,10 @@ def test_without_a_terminal_the_figures_print_as_lines():
     quarters = [ln for ln in lines[1:] if "rollouts," in ln]
     assert [ln.split(": ")[-1].split()[0] for ln in quarters] == ["2/8", "4/8", "6/8", "8/8"]
     assert all("tok/s" in ln and "ETA" in ln for ln in quarters)
+
+
+def test_step_clock_counts_steps_not_the_evaluation_before_them():
+    clock = StepClock(total_steps=5)
+    assert clock.eta_s(0, 10.0) == 40.0  # 4 steps left at 10 s
+    assert clock.eta_s(1, 20.0) == 45.0  # mean 15 s x 3
+    assert clock.eta_s(4, 15.0) == 0.0

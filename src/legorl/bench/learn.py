@@ -90,7 +90,7 @@ def run_learn_bench(
     cfg = RunConfig.load(config, **(overrides or {}))
     if cfg.eval.suite is None:
         raise ConfigError(f"{config}: bench learn needs an eval section with a held-out suite (eval.suite)")
-    from legorl.observe.progress import RichPhaseProgress
+    from legorl.observe.progress import RichPhaseProgress, StepClock
 
     phases = RichPhaseProgress()  # on stderr: stdout carries the JSON; a run of hours must not be silent
     progress = phases.console
@@ -113,11 +113,12 @@ def run_learn_bench(
             + f" and after → {out_dir / name}"
         )
 
-        def on_step(step: int, m: dict[str, Any], arm_name: str = name, started: float = t_arm) -> None:
-            done = step + 1
-            eta = (time.perf_counter() - started) / done * (cfg.steps - done)
+        def on_step(
+            step: int, m: dict[str, Any], arm_name: str = name, clock: StepClock = StepClock(cfg.steps)
+        ) -> None:
+            eta = clock.eta_s(step, m["time/step_s"])
             progress.print(
-                f"  {arm_name} step {done}/{cfg.steps}: reward {m['rollout/reward_mean']:.3f}, "
+                f"  {arm_name} step {step + 1}/{cfg.steps}: reward {m['rollout/reward_mean']:.3f}, "
                 f"groups with signal {m['batch/groups_with_signal']}/{m['batch/groups']}, "
                 f"{m['time/step_s']:.0f} s/step, training ETA {eta / 60:.1f} min"
             )

@@ -29,12 +29,26 @@ from rich.progress import (
 
 from legorl.trajectory.records import Rollout
 
-__all__ = ["NoProgress", "PhaseProgress", "RichPhaseProgress", "sampled_tokens"]
+__all__ = ["NoProgress", "PhaseProgress", "RichPhaseProgress", "StepClock", "sampled_tokens"]
 
 
 def sampled_tokens(rollout: Rollout) -> int:
     """Tokens the engine sampled for this rollout (what its samples train on)."""
     return sum(s.num_sampled for s in rollout.samples)
+
+
+class StepClock:
+    """ETA of a run's remaining training steps from the durations of the steps seen so far (not
+    from the wall time since start, which would count a held-out evaluation before the first step)."""
+
+    def __init__(self, total_steps: int) -> None:
+        self.total_steps = total_steps
+        self._durations: list[float] = []
+
+    def eta_s(self, step: int, step_s: float) -> float:
+        """After 0-based ``step`` took ``step_s`` seconds: seconds left for the steps after it."""
+        self._durations.append(step_s)
+        return sum(self._durations) / len(self._durations) * max(0, self.total_steps - step - 1)
 
 
 class PhaseProgress(Protocol):
