@@ -201,6 +201,7 @@ def test_bench_learn_json(tmp_path):
     assert out["heldout_samples_before"] == out["heldout_samples_after"] == 4
     assert out["heldout_diff"] == pytest.approx(out["heldout_after"] - out["heldout_before"])
     assert 0.0 <= out["p_value"] <= 1.0 and 0.0 <= out["control_after"] <= 1.0
+    assert 0.0 <= out["solved_among_valid_p_value"] <= 1.0
     assert (tmp_path / "reward_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     control = json.loads((tmp_path / "control" / "config.json").read_text())
     assert control["trainer"]["flip_advantages"] is True and control["eval"]["before"] is False

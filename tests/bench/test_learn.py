@@ -35,3 +35,28 @@ def test_bootstrap_interval_brackets_the_difference_and_is_zero_width_for_unifor
 def test_bootstrap_uses_only_tasks_in_both_reports():
     lo, hi = bootstrap_diff(_report({"a": (0, 4), "x": (4, 4)}), _report({"a": (2, 4), "y": (0, 4)}))
     assert lo == hi == pytest.approx(0.5)
+
+
+def test_solved_among_valid_separates_format_from_content(tmp_path):
+    """Only answers that replaced the line by one statement count; of those, the rewarded ones."""
+    from legorl.bench.learn import solved_among_valid, valid_line_rate
+    from legorl.trajectory.records import Rollout
+    from legorl.trajectory.store import RunStore
+
+    def diff(line: str) -> str:
+        return f"--- a/lib/funcs.py\n+++ b/lib/funcs.py\n@@ -3 +3 @@\n-    return a - b\n+{line}\n"
+
+    store = RunStore(tmp_path)
+    for i, (text, reward, status) in enumerate(
+        [
+            ("    return a * b", 1.0, "ok"),  # valid, solved
+            ("    return a + b", 0.0, "ok"),  # valid, wrong
+            ("    return (a *", 0.0, "ok"),  # not a statement
+            ("    return a * b", 0.0, "env_failure"),  # not graded: left out
+        ]
+    ):
+        r = Rollout(rollout_id=f"r{i}", task_id="t", harness="line-fix", sandbox="bwrap", status=status, reward=reward)
+        store.append_rollout(r.model_copy(update={"diff": diff(text)}))
+    store.close(compact=False)
+    assert solved_among_valid(tmp_path) == (1, 2)
+    assert valid_line_rate(tmp_path) == 2 / 3

@@ -14,8 +14,8 @@ harness ``line-fix``, the embedded SmolLM2), each a plain ``legorl train`` with 
 Reported: held-out solve rates before/after (pass@1 over valid samples; env failures are not
 counted), their difference, the two-sided two-proportion p-value, a 95% bootstrap interval of the
 difference over held-out tasks (tasks resampled with replacement), the valid-line rate (the
-answer changed the named line into one Python statement: what a pure format gain would move), the
-control's after rate, the training reward curve (``reward_curve.png`` in the output directory when
+answer changed the named line into one Python statement: what a pure format gain would move) and
+the solve rate among the answers in that format (what it would not), the control's after rate, the training reward curve (``reward_curve.png`` in the output directory when
 matplotlib is installed: ``pip install 'legorl[bench]'``), steps and wall time.
 """
 
@@ -34,7 +34,7 @@ from legorl.loop.eval import phase_report_path
 from legorl.loop.eval_stats import EvalReport, two_proportion_test
 from legorl.observe.plots import plot_reward_curves
 
-__all__ = ["bootstrap_diff", "run_learn_bench", "valid_line_rate"]
+__all__ = ["bootstrap_diff", "run_learn_bench", "solved_among_valid", "valid_line_rate"]
 
 
 def bootstrap_diff(before: EvalReport, after: EvalReport, draws: int = 2000, seed: int = 0) -> tuple[float, float]:
@@ -57,8 +57,9 @@ def bootstrap_diff(before: EvalReport, after: EvalReport, draws: int = 2000, see
     return (diffs[int(0.025 * len(diffs))], diffs[min(len(diffs) - 1, int(0.975 * len(diffs)))])
 
 
-def valid_line_rate(eval_run_dir: Path) -> float | None:
-    """Share of graded evaluation rollouts whose diff replaced one line by one Python statement."""
+def _line_outcomes(eval_run_dir: Path) -> list[tuple[bool, bool]]:
+    """(valid line, solved) of every graded evaluation rollout: valid when its diff replaced one
+    line by one Python statement."""
     from legorl.harnesses.line_agent import is_statement
     from legorl.trajectory.store import open_run
 
@@ -67,14 +68,29 @@ def valid_line_rate(eval_run_dir: Path) -> float | None:
         rollouts = [r for r in store.iter_rollouts() if r.status in ("ok", "timeout")]
     finally:
         store.close(compact=False)
-    if not rollouts:
-        return None
 
     def valid(diff: str) -> bool:
         added = [ln[1:] for ln in diff.splitlines() if ln.startswith("+") and not ln.startswith("+++")]
         return len(added) == 1 and is_statement(added[0])
 
-    return sum(valid(r.diff) for r in rollouts) / len(rollouts)
+    return [(valid(r.diff), r.reward > 0) for r in rollouts]
+
+
+def valid_line_rate(eval_run_dir: Path) -> float | None:
+    """Share of graded evaluation rollouts whose diff replaced one line by one Python statement."""
+    outcomes = _line_outcomes(eval_run_dir)
+    return sum(v for v, _ in outcomes) / len(outcomes) if outcomes else None
+
+
+def solved_among_valid(eval_run_dir: Path) -> tuple[int, int]:
+    """(solved, valid): of the answers in the right format, how many fixed the bug. A gain here is
+    not the format's doing."""
+    outcomes = _line_outcomes(eval_run_dir)
+    return sum(1 for v, ok in outcomes if v and ok), sum(1 for v, _ in outcomes if v)
+
+
+def _share(solved_of: tuple[int, int]) -> float | None:
+    return solved_of[0] / solved_of[1] if solved_of[1] else None
 
 
 def _rate(report: EvalReport) -> float:
@@ -141,6 +157,8 @@ def run_learn_bench(
     }
     plot_path = out_dir / "reward_curve.png"
     plot_skipped = plot_reward_curves(curves, plot_path, "legorl bench learn")
+    valid_before = solved_among_valid(out_dir / "policy" / "eval" / "before")
+    valid_after = solved_among_valid(out_dir / "policy" / "eval" / "after")
     result: dict[str, Any] = {
         "heldout_before": _rate(before),
         "heldout_after": _rate(after),
@@ -154,6 +172,9 @@ def run_learn_bench(
         "heldout_env_failures": before.env_failures + after.env_failures,
         "valid_line_before": valid_line_rate(out_dir / "policy" / "eval" / "before"),
         "valid_line_after": valid_line_rate(out_dir / "policy" / "eval" / "after"),
+        "solved_among_valid_before": _share(valid_before),
+        "solved_among_valid_after": _share(valid_after),
+        "solved_among_valid_p_value": two_proportion_test(*valid_after, *valid_before)[1],
         "control_after": None,
         "control_p_value": None,
         "steps": cfg.steps,
