@@ -15,8 +15,9 @@ Reported: held-out solve rates before/after (pass@1 over valid samples; env fail
 counted), their difference, the two-sided two-proportion p-value, a 95% bootstrap interval of the
 difference over held-out tasks (tasks resampled with replacement), the valid-line rate (the
 answer changed the named line into one Python statement: what a pure format gain would move) and
-the solve rate among the answers in that format (what it would not), the control's after rate, the training reward curve (``reward_curve.png`` in the output directory when
-matplotlib is installed: ``pip install 'legorl[bench]'``), steps and wall time.
+the solve rate among the answers in that format (what it would not), the control's after rate,
+the training reward curve (``reward_curve.png`` in the output directory when matplotlib is
+installed: ``pip install 'legorl[bench]'``), steps and wall time.
 """
 
 from __future__ import annotations
