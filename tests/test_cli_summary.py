@@ -7,6 +7,7 @@ import json
 import legorl.cli as cli
 from legorl.loop.eval import phase_report_path
 from legorl.loop.eval_stats import Outcome, build_report
+from legorl.observe.memory import TreeMemory
 
 
 def _report(run_dir, phase, solved, failed, env_failures=0):
@@ -34,7 +35,12 @@ def test_heldout_line_quotes_rates_difference_and_p_value(tmp_path):
 
 def test_summary_says_where_and_what_it_cost(tmp_path, capsys):
     (tmp_path / "reward_curve.png").write_bytes(b"png")
-    cli._summary([], tmp_path, (390.0, 3.21))
+    memory = TreeMemory()
+    memory.peak_bytes, memory.peak_rss_bytes, memory.peak_processes = int(3.21 * 2**30), int(4.5 * 2**30), 97
+    cli._summary([], tmp_path, (390.0, memory))
     out = " ".join(capsys.readouterr().out.split())
     assert f"run: {tmp_path} metrics: {tmp_path}/metrics.jsonl plot: {tmp_path}/reward_curve.png" in out
-    assert "wall time 6.5 min (this command, setup excluded); peak resident memory of the process tree 3.21 GB" in out
+    assert (
+        "wall time 6.5 min (this command, setup excluded); peak resident memory of the process tree 3.21 GiB "
+        "(shared pages once; each process's RSS summed: 4.50 GiB over up to 97 processes)"
+    ) in out

@@ -9,7 +9,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import typer
 from rich.console import Console
@@ -19,6 +19,9 @@ from typer.core import TyperGroup
 
 from legorl.bench.schema import keys_help
 from legorl.errors import ConfigError, LegoRLError
+
+if TYPE_CHECKING:
+    from legorl.observe.memory import TreeMemory
 
 
 def one_line(exc: BaseException | str) -> str:
@@ -233,8 +236,9 @@ def _heldout_line(run_dir: Path) -> str | None:
     )
 
 
-def _summary(history: list[dict], run_dir: Path, cost: tuple[float, float] | None = None) -> None:
-    """The per-step table, the held-out rates, where everything is; ``cost``: (wall s, peak GB)."""
+def _summary(history: list[dict], run_dir: Path, cost: tuple[float, TreeMemory] | None = None) -> None:
+    """The per-step table, the held-out rates, where everything is; ``cost``: (wall s, the run's
+    process-tree memory)."""
     table = Table(title=f"LEGO-RL run {run_dir}")
     cols = [
         ("step", "step", "{}"),
@@ -273,10 +277,11 @@ def _summary(history: list[dict], run_dir: Path, cost: tuple[float, float] | Non
         + f"  turns+rollouts: {run_dir}/run.sqlite (legorl export {run_dir} --out DIR)"
     )
     if cost is not None:
-        wall_s, peak_gb = cost
+        wall_s, memory = cost
         console.print(
-            f"wall time {wall_s / 60:.1f} min (this command, setup excluded); "
-            f"peak resident memory of the process tree {peak_gb:.2f} GB"
+            f"wall time {wall_s / 60:.1f} min (this command, setup excluded); peak resident memory of the "
+            f"process tree {memory.peak_gib:.2f} GiB (shared pages once; each process's RSS summed: "
+            f"{memory.peak_rss_gib:.2f} GiB over up to {memory.peak_processes} processes)"
         )
     from legorl.loop.control import read_control
 
@@ -343,7 +348,7 @@ def _train(
                 observe_cli.check_before_train(cfg, live=validate_live)
             with observe_cli.train_ui(cfg, port=ui_port) if ui else contextlib.nullcontext():
                 history = _run(cfg)
-    _summary(history, Path(cfg.run_dir), (time.monotonic() - t0, memory.peak_gb))
+    _summary(history, Path(cfg.run_dir), (time.monotonic() - t0, memory))
 
 
 @app.command()

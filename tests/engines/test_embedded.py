@@ -175,10 +175,10 @@ async def test_invalid_requests_fail_only_the_caller(engine, noeos, prompts, mon
     # an exception inside the worker for one request fails only that request
     orig = noeos._prefill
 
-    def flaky(req):
+    def flaky(req, *kv_rows):
         if req.prompt[0] == 999:
             raise RuntimeError("boom")
-        return orig(req)
+        return orig(req, *kv_rows)
 
     monkeypatch.setattr(noeos, "_prefill", flaky)
     good = noeos.generate([5, 6, 7], SamplingParams(max_tokens=8, seed=1))
@@ -260,3 +260,65 @@ async def test_close_fails_pending():
     assert not eng.health().ok
     with pytest.raises(EngineOverloadedError):
         await eng.generate([1, 2], SamplingParams(max_tokens=2))
+
+
+def _tiny_engine(**kwargs) -> EmbeddedEngine:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=1024,
+    )
+    return EmbeddedEngine(LlamaForCausalLM(cfg).eval(), None, model_name="tiny", eos_token_ids=(), **kwargs)
+
+
+async def test_a_colocated_trainer_changes_the_served_weights_while_generation_waits():
+    from legorl.engines.base import ColocatedEngine
+
+    eng = _tiny_engine()
+    try:
+        assert isinstance(eng, ColocatedEngine)
+        module = eng.served_module()
+        assert module is eng.model
+        sp = SamplingParams(max_tokens=6, temperature=1.0, seed=3)
+        before = await eng.generate([1, 2, 3, 4], sp)
+        assert eng._prefix.total > 0
+        pause = eng.paused()
+        await asyncio.to_thread(pause.__enter__)  # entered off the event loop, as the training loop does
+        try:
+            assert eng._prefix.total == 0  # KV of the old weights is gone
+            waiting = asyncio.create_task(eng.generate([1, 2, 3, 4], sp))
+            await asyncio.sleep(0.3)
+            assert not waiting.done()  # nothing runs while the weights change
+            with torch.no_grad():
+                for p in module.parameters():
+                    p.add_(0.05 * torch.randn_like(p))
+        finally:
+            await asyncio.to_thread(pause.__exit__, None, None, None)
+        during = await waiting
+        # the sync: the engine's own tensors, so nothing is copied and the version moves
+        version = await eng.update_weights({k: v.detach() for k, v in module.state_dict().items()})
+        after = await eng.generate([1, 2, 3, 4], sp)
+        assert version == after.weight_version == before.weight_version + 1
+        assert during.token_ids == after.token_ids and during.logprobs == pytest.approx(after.logprobs)
+        assert max(abs(x - y) for x, y in zip(after.logprobs, before.logprobs)) > 1e-4
+        # and the engine samples from the changed weights: its logprobs are the module's
+        lp = compute_token_logprobs(module, [1, 2, 3, 4, *after.token_ids])[4:]
+        assert after.logprobs == pytest.approx(lp.tolist(), abs=1e-4)
+    finally:
+        eng.shutdown()
+
+
+def test_kv_capacity_never_exceeds_what_the_rows_can_still_generate():
+    from legorl.engines.embedded import _capacity
+
+    assert _capacity(400, [31, 22]) == 400 + 31  # short answers: no half-width headroom
+    assert _capacity(400, [4095]) == 400 + 200  # long ones grow geometrically
+    assert _capacity(10, [1000]) == 10 + 64
+    assert _capacity(10, [0]) == 11  # done rows still get one column

@@ -59,7 +59,9 @@ def test_perturbed_engine_weights_raise_the_mismatch_alert_and_stop_the_run(tmp_
 
     monkeypatch.setattr(EmbeddedEngine, "from_pretrained", classmethod(perturbed))
     run = tmp_path / "run"
-    history = asyncio.run(train(small_run(run, 3, **{"monitors.mismatch.action": "stop"})))
+    # the trainer holds its own copy (as with a remote engine): a colocated one would train the perturbed module
+    cfg = small_run(run, 3, **{"monitors.mismatch.action": "stop", "engine.colocate_trainer": False})
+    history = asyncio.run(train(cfg))
 
     assert len(history) == 1, "the run ends after the step that showed the mismatch"
     pearson = history[0]["mismatch/pearson"]

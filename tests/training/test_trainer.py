@@ -326,8 +326,9 @@ def test_plan_shared_prefix_passes():
     passes = plan_shared_prefix_passes(ids, masks, forward_tokens=1000)
     assert passes[0] == ForwardPass([3, 1, 0], prefix_len=5)  # longest common prefix, prompt + "5"
     assert sorted(i for p in passes[1:] for i in p.indices) == [2, 4] and all(p.prefix_len is None for p in passes[1:])
-    # prefix + rows × longest suffix bounded: 5 + 2 × 6 > 16, so the family splits; a chunk of one runs alone
-    small = plan_shared_prefix_passes(ids, masks, forward_tokens=16)
+    # prefix + the suffixes end to end bounded: 5 + 6 + 3 > 13, so the family splits (5 + 3 + 1 fits);
+    # a chunk of one runs alone
+    small = plan_shared_prefix_passes(ids, masks, forward_tokens=13)
     shared = [p for p in small if p.prefix_len is not None]
     assert shared == [ForwardPass([1, 0], prefix_len=5)]
     assert sorted(i for p in small for i in p.indices) == [0, 1, 2, 3, 4]
@@ -350,8 +351,8 @@ def test_prefix_sharing_does_not_change_the_update():
     (m_plain, w_plain), (m_shared, w_shared) = results
     assert m_plain["train/sample_tokens"] == m_shared["train/sample_tokens"]
     assert m_plain["train/fed_tokens"] == m_plain["train/sample_tokens"]  # packed: no padding
-    # 2 groups × (21 shared + 4 suffixes padded to the longest, 2 + 3·3): 2 × (21 + 4 × 11) = 130
-    assert m_shared["train/forward_passes"] == 2 and m_shared["train/fed_tokens"] == 130
+    # 2 groups × (21 shared + the 4 suffixes end to end, 2 + 5 + 8 + 11): 2 × (21 + 26) = 94
+    assert m_shared["train/forward_passes"] == 2 and m_shared["train/fed_tokens"] == 94
     assert m_shared["train/fed_tokens"] < 0.7 * m_plain["train/fed_tokens"]
     assert m_shared["train/loss"] == pytest.approx(m_plain["train/loss"], abs=1e-6)
     assert m_shared["mismatch/max_abs_diff"] < 1e-4

@@ -8,10 +8,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 from legorl.errors import InvalidRequestError
+
+if TYPE_CHECKING:
+    import torch
 
 FinishReason = Literal["stop", "length", "cancelled", "error"]
 
@@ -83,3 +87,17 @@ class Engine(Protocol):
     def health(self) -> EngineHealth: ...
 
     async def close(self) -> None: ...
+
+
+@runtime_checkable
+class ColocatedEngine(Protocol):
+    """An engine that serves a torch module in the trainer's own process. The trainer trains that
+    very module: one copy of the weights in memory, and a weight sync that copies nothing
+    (:meth:`Engine.update_weights` sees its own tensors and only bumps the version)."""
+
+    def served_module(self) -> torch.nn.Module:
+        """The module generation runs on."""
+
+    def paused(self) -> AbstractContextManager[None]:
+        """Generation waits while the block runs, so no forward reads weights the trainer is
+        changing in place; caches computed with the old weights are dropped."""

@@ -4,12 +4,12 @@ How it works
 ------------
 * One background worker thread owns the model and runs an *iteration-level* scheduler: at every
   step it (1) drops cancelled requests, (2) admits waiting requests (up to ``max_batch_size``
-  rows): each is prefilled on its own (batch of one, no padding, chunked every
-  ``prefill_chunk`` tokens; a prefix-cache hit prefills only the remainder), its first token is
-  sampled and its KV rows are merged into the running batch, (3) runs one decode step for every row
+  rows): the batch gets a row for each, then each is prefilled on its own straight into its row
+  (batch of one, no padding, chunked every ``prefill_chunk`` tokens; a prefix-cache hit prefills
+  only the remainder) and its first token is sampled, (3) runs one decode step for every row
   of the batch at once and (4) retires finished rows.
 * The running batch keeps, per layer, preallocated KV buffers ``[B, kv_heads, capacity, head_dim]``
-  that grow geometrically (no per-step ``torch.cat``). Rows are left-padded to a common width; each
+  that grow geometrically (no per-step ``torch.cat``), never past what the rows can still generate. Rows are left-padded to a common width; each
   forward gets an explicit additive 4-D attention mask (pad columns masked) and explicit
   ``position_ids`` (a row's positions count only its real tokens), so padding never changes what a
   row computes (up to float rounding). When rows leave, all-padding columns are trimmed.
@@ -24,6 +24,9 @@ How it works
   of prompts after prefill and of finished sequences. A new prompt that shares a prefix with a stored
   sequence reuses the longest common prefix (at most ``len(prompt) - 1`` tokens) and only prefills
   the rest; ``GenerationResult.cached_prompt_tokens`` reports how many. Cleared on weight updates.
+* A trainer in this process may train the served module itself (:meth:`EmbeddedEngine.served_module`,
+  :meth:`EmbeddedEngine.paused`: no step runs while it changes the weights); its weight sync then
+  copies nothing.
 * Weight updates take the step lock (the worker pauses between steps), copy tensors in place, bump
   the version and clear the prefix cache. Requests in flight continue with the new weights; their
   result reports the version in force when they finished.
@@ -44,7 +47,8 @@ import operator
 import random
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -135,8 +139,11 @@ class _BufLayer(DynamicLayer):  # type: ignore[no-untyped-call]  # transformers'
         return self.n
 
 
-def _headroom(width: int) -> int:
-    return max(64, width // 2)
+def _capacity(width: int, left: Iterable[int]) -> int:
+    """KV columns to allocate for a batch ``width`` wide whose rows can still generate ``left``
+    tokens each: room to grow geometrically, never more than that (a batch of short answers holds
+    no unused half-width of KV)."""
+    return width + max(1, min(max(64, width // 2), max(left, default=0)))
 
 
 # --------------------------------------------------------------------------- prefix cache
@@ -182,7 +189,8 @@ class _PrefixCache:
             self.hits += 1
         return best, best_n
 
-    def insert(self, tokens: list[int], kv: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+    def insert(self, tokens: list[int], kv: list[tuple[torch.Tensor, torch.Tensor]], copy: bool = False) -> None:
+        """Keep ``kv`` for ``tokens`` (``copy``: a clone of it, made only if it is kept)."""
         n = len(tokens)
         if n == 0 or n > self.max_tokens:
             return
@@ -199,6 +207,8 @@ class _PrefixCache:
             elif len(k) > n and k[:n] == key:
                 self.entries.move_to_end(k)
                 return
+        if copy:
+            kv = [(k.clone(), v.clone()) for k, v in kv]
         self.entries[key] = _PrefixEntry(t, kv)
         self.total += n
         while self.total > self.max_tokens and self.entries:
@@ -451,6 +461,27 @@ class EmbeddedEngine:
         with self._step_lock:
             self._prefix.clear()
 
+    def served_module(self) -> torch.nn.Module:
+        """The module this engine generates with (:class:`legorl.engines.base.ColocatedEngine`)."""
+        module: torch.nn.Module = self.model
+        return module
+
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        """No step runs while the block does (the one in progress finishes first); the prefix
+        cache is dropped on entry. A colocated trainer changes the served weights inside it."""
+        with self._cv:
+            self._pause_requests += 1
+        try:
+            # held for the whole block: a worker that chose its step before the pause waits here
+            with self._step_lock:
+                self._prefix.clear()
+                yield
+        finally:
+            with self._cv:
+                self._pause_requests -= 1
+                self._cv.notify_all()
+
     # ------------------------------------------------------------------ worker
 
     def _run(self) -> None:
@@ -491,21 +522,9 @@ class EmbeddedEngine:
         if any(r.req.cancelled for r in self._rows):
             self._retire([i for i, r in enumerate(self._rows) if r.req.cancelled], store=False)
         # 2. admit new requests
-        joined: list[tuple[_Row, list[tuple[torch.Tensor, torch.Tensor]]]] = []
-        for req in new:
-            if req.cancelled or req.future.cancelled():
-                continue
-            try:
-                row, kv = self._prefill(req)
-            except Exception as e:
-                self._resolve(req, exc=self._wrap(e))
-                continue
-            if row.finish is not None:
-                self._finish(row)
-            else:
-                joined.append((row, kv))
-        if joined:
-            self._merge(joined)
+        admitted = [req for req in new if not (req.cancelled or req.future.cancelled())]
+        if admitted:
+            self._admit(admitted)
         # 3. one decode step for the whole batch
         if self._rows:
             try:
@@ -565,14 +584,13 @@ class EmbeddedEngine:
         logits: torch.Tensor = out.logits
         return logits
 
-    def _prefill(self, req: _Request) -> tuple[_Row, list[tuple[torch.Tensor, torch.Tensor]]]:
+    def _prefill(self, req: _Request, K: list[torch.Tensor], V: list[torch.Tensor]) -> _Row:
+        """Run ``req``'s prompt into ``K``/``V`` (per layer ``[1, H, len(prompt), D]``: views of its
+        row of the batch buffers) and sample its first token."""
         t0 = time.perf_counter()
         n = len(req.prompt)
         prompt_t = torch.tensor(req.prompt, dtype=torch.long)
         entry, cached = self._prefix.lookup(prompt_t) if self._prefix.max_tokens else (None, 0)
-        L, H, D = self._kv_shape()
-        K = [torch.empty(1, H, n, D, dtype=self.dtype, device=self.device) for _ in range(L)]
-        V = [torch.empty(1, H, n, D, dtype=self.dtype, device=self.device) for _ in range(L)]
         if entry is not None and cached > 0:
             for l, (k, v) in enumerate(entry.kv):
                 K[l][:, :, :cached] = k[:, :, :cached]
@@ -588,15 +606,14 @@ class EmbeddedEngine:
             logits = self._forward(ids[None, W : W + q], pos, mask, K, V, W)
             W += q
         assert logits is not None
-        kv = list(zip(K, V))
         row = _Row(req=req, kv_len=n, cached=cached, t_admit=t0)
         self.stats["prefill_tokens"] += n - cached
         self.stats["cached_tokens"] += cached
         self.stats["prefill_s"] += time.perf_counter() - t0
-        self._prefix.insert(req.prompt, kv)
+        self._prefix.insert(req.prompt, list(zip(K, V)), copy=True)  # the row's buffers change later
         self._append(row, logits[0, -1])
         row.t_first = time.perf_counter()
-        return row, kv
+        return row
 
     def _append(self, row: _Row, logits: torch.Tensor) -> None:
         s = row.req.sampling
@@ -608,12 +625,35 @@ class EmbeddedEngine:
         elif len(row.out) >= row.req.max_tokens:
             row.finish = "length"
 
-    def _merge(self, joined: list[tuple[_Row, list[tuple[torch.Tensor, torch.Tensor]]]]) -> None:
-        lens = [kv[0][0].shape[-2] for _, kv in joined]
+    def _admit(self, reqs: list[_Request]) -> None:
+        """Add a row per request to the running batch, then prefill each straight into its row: a
+        prompt's KV exists once (not per request and again in the batch). A request that fails or
+        finishes at its first token leaves again at once."""
+        B0 = len(self._rows)
+        self._add_rows([len(r.prompt) for r in reqs], [r.max_tokens for r in reqs])
+        W, done = self._W, []
+        for j, req in enumerate(reqs):
+            n, i = len(req.prompt), B0 + j
+            try:
+                row = self._prefill(
+                    req, [k[i : i + 1, :, W - n : W] for k in self._K], [v[i : i + 1, :, W - n : W] for v in self._V]
+                )
+            except Exception as e:
+                self._resolve(req, exc=self._wrap(e))
+                row = _Row(req=req, finish="error")
+            self._rows.append(row)
+            if row.finish is not None:
+                done.append(i)
+        if done:
+            self._retire(done, store=False)
+
+    def _add_rows(self, lens: list[int], max_tokens: list[int]) -> None:
+        """Reallocate the batch buffers with room for rows of ``lens`` prompt tokens (right-aligned,
+        zeroed padding before them), the running rows copied over."""
         B0, W0 = len(self._rows), self._W
         W = max([W0] + lens)
-        B = B0 + len(joined)
-        cap = W + _headroom(W)
+        B = B0 + len(lens)
+        cap = _capacity(W, [*(r.req.max_tokens - len(r.out) for r in self._rows), *max_tokens])
         L, H, D = self._kv_shape()
         pads = [int(p) + (W - W0) for p in self._pad.tolist()] + [W - n for n in lens]
         newK, newV = [], []
@@ -623,9 +663,6 @@ class EmbeddedEngine:
             if B0:
                 k[:B0, :, W - W0 : W] = self._K[l][:, :, :W0]
                 v[:B0, :, W - W0 : W] = self._V[l][:, :, :W0]
-            for j, (_, kv) in enumerate(joined):
-                k[B0 + j, :, W - lens[j] : W] = kv[l][0][0]
-                v[B0 + j, :, W - lens[j] : W] = kv[l][1][0]
             for i, p in enumerate(pads):
                 if p:
                     k[i, :, :p] = 0
@@ -634,11 +671,10 @@ class EmbeddedEngine:
             newV.append(v)
         self._K, self._V, self._W = newK, newV, W
         self._pad = torch.tensor(pads, dtype=torch.long)
-        self._rows.extend(r for r, _ in joined)
 
     def _grow(self) -> None:
         W = self._W
-        cap = W + _headroom(W)
+        cap = _capacity(W, (r.req.max_tokens - len(r.out) for r in self._rows))
         for l in range(len(self._K)):
             for buf in (self._K, self._V):
                 old = buf[l]
@@ -698,7 +734,7 @@ class EmbeddedEngine:
         pad = self._pad[keep_t]
         lo = int(pad.min())
         W = self._W - lo
-        cap = W + _headroom(W)
+        cap = _capacity(W, (self._rows[i].req.max_tokens - len(self._rows[i].out) for i in keep))
         for buf in (self._K, self._V):
             for l in range(len(buf)):
                 old = buf[l]

@@ -681,6 +681,32 @@ class Gateway:
     async def create_response(self, request: Request) -> Response:
         return await self.handle(self.responses, request)
 
+    def model_card(self) -> dict[str, Any]:
+        """The served model as the model-list endpoints describe it (OpenAI and Anthropic fields together)."""
+        return {
+            "id": self.model_name,
+            "object": "model",
+            "created": self.created,
+            "owned_by": "legorl",
+            "type": "model",
+            "display_name": self.model_name,
+            "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.created)),
+        }
+
+    def health_response(self) -> Response:
+        h = self.engine.health()
+        return JSONResponse(
+            {
+                "ok": h.ok,
+                "model": h.model,
+                "weight_version": h.weight_version,
+                "active_requests": h.active_requests,
+                "detail": h.detail,
+                "sessions": len(self.sessions),
+            },
+            status_code=200 if h.ok else 503,
+        )
+
     def _build_app(self) -> FastAPI:
         app = FastAPI(title="LEGO-RL gateway", docs_url=None, redoc_url=None, openapi_url=None)
 
@@ -703,59 +729,71 @@ class Gateway:
 
         app.add_exception_handler(StarletteHTTPException, http_exc)
         app.add_exception_handler(Exception, any_exc)
-        app.add_api_route("/v1/chat/completions", self.chat_completions, methods=["POST"])
-        app.add_api_route("/chat/completions", self.chat_completions, methods=["POST"], include_in_schema=False)
-        app.add_api_route("/v1/messages", self.messages, methods=["POST"])
-        app.add_api_route("/v1/messages/count_tokens", self.count_tokens, methods=["POST"])
-        app.add_api_route("/v1/responses", self.create_response, methods=["POST"])
-        app.add_api_route("/responses", self.create_response, methods=["POST"], include_in_schema=False)
-
-        def model_card() -> dict[str, Any]:  # OpenAI and Anthropic model-list fields together
-            return {
-                "id": self.model_name,
-                "object": "model",
-                "created": self.created,
-                "owned_by": "legorl",
-                "type": "model",
-                "display_name": self.model_name,
-                "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.created)),
-            }
-
-        async def models() -> dict[str, Any]:
-            return {
-                "object": "list",
-                "data": [model_card()],
-                "has_more": False,
-                "first_id": self.model_name,
-                "last_id": self.model_name,
-            }
-
-        async def model(model_id: str) -> Response:
-            return JSONResponse(model_card())
-
-        async def head_root() -> Response:
-            return Response(status_code=200)
-
-        async def root() -> dict[str, Any]:
-            return {"ok": True, "service": "legorl-gateway", "model": self.model_name}
-
-        async def health() -> Response:
-            h = self.engine.health()
-            return JSONResponse(
-                {
-                    "ok": h.ok,
-                    "model": h.model,
-                    "weight_version": h.weight_version,
-                    "active_requests": h.active_requests,
-                    "detail": h.detail,
-                    "sessions": len(self.sessions),
-                },
-                status_code=200 if h.ok else 503,
-            )
-
-        app.add_api_route("/v1/models", models, methods=["GET"])
-        app.add_api_route("/v1/models/{model_id:path}", model, methods=["GET"])
-        app.add_api_route("/", head_root, methods=["HEAD"])
-        app.add_api_route("/", root, methods=["GET"])
-        app.add_api_route("/health", health, methods=["GET"])
+        # Routes are module-level functions that find this gateway through app.state: FastAPI keeps
+        # every endpoint callable in process-wide caches, and a bound method or closure there would
+        # keep the gateway — its engine and model — alive after the run that used it has ended.
+        app.state.gateway = self
+        app.add_api_route("/v1/chat/completions", _chat_completions, methods=["POST"])
+        app.add_api_route("/chat/completions", _chat_completions, methods=["POST"], include_in_schema=False)
+        app.add_api_route("/v1/messages", _messages, methods=["POST"])
+        app.add_api_route("/v1/messages/count_tokens", _count_tokens, methods=["POST"])
+        app.add_api_route("/v1/responses", _create_response, methods=["POST"])
+        app.add_api_route("/responses", _create_response, methods=["POST"], include_in_schema=False)
+        app.add_api_route("/v1/models", _models, methods=["GET"])
+        app.add_api_route("/v1/models/{model_id:path}", _model, methods=["GET"])
+        app.add_api_route("/", _head_root, methods=["HEAD"])
+        app.add_api_route("/", _root, methods=["GET"])
+        app.add_api_route("/health", _health, methods=["GET"])
         return app
+
+
+# --------------------------------------------------------------------------- routes
+# (module-level: see Gateway._build_app)
+
+
+def _gateway(request: Request) -> Gateway:
+    gateway: Gateway = request.app.state.gateway
+    return gateway
+
+
+async def _chat_completions(request: Request) -> Response:
+    return await _gateway(request).chat_completions(request)
+
+
+async def _messages(request: Request) -> Response:
+    return await _gateway(request).messages(request)
+
+
+async def _count_tokens(request: Request) -> Response:
+    return await _gateway(request).count_tokens(request)
+
+
+async def _create_response(request: Request) -> Response:
+    return await _gateway(request).create_response(request)
+
+
+async def _models(request: Request) -> dict[str, Any]:
+    gateway = _gateway(request)
+    return {
+        "object": "list",
+        "data": [gateway.model_card()],
+        "has_more": False,
+        "first_id": gateway.model_name,
+        "last_id": gateway.model_name,
+    }
+
+
+async def _model(model_id: str, request: Request) -> Response:
+    return JSONResponse(_gateway(request).model_card())
+
+
+async def _head_root() -> Response:
+    return Response(status_code=200)
+
+
+async def _root(request: Request) -> dict[str, Any]:
+    return {"ok": True, "service": "legorl-gateway", "model": _gateway(request).model_name}
+
+
+async def _health(request: Request) -> Response:
+    return _gateway(request).health_response()

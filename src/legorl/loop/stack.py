@@ -26,15 +26,19 @@ import shutil
 import signal
 import tempfile
 from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from legorl.config import BwrapSandboxConfig, EngineConfig, PodmanSandboxConfig, RolloutConfig, RunConfig
+from legorl.engines.base import ColocatedEngine
 from legorl.errors import ConfigError
 from legorl.settings import settings
 
 if TYPE_CHECKING:
+    import torch
+
     from legorl.engines.base import Engine
     from legorl.gateway.app import Gateway, SamplingPolicy
     from legorl.gateway.renderer import ChatTemplateRenderer
@@ -77,6 +81,21 @@ class GatewayStack:
             raise ConfigError("this gateway stack has no run store: open it with run_dir=...")
         return self.store
 
+    def policy_module(self, colocate: bool = True) -> torch.nn.Module:
+        """The module a trainer in this process trains: the served one itself when the engine runs
+        here and ``colocate`` (:class:`ColocatedEngine`: one copy of the weights, a sync that
+        copies nothing), else a fresh load of the served model."""
+        if colocate and isinstance(self.engine, ColocatedEngine):
+            return self.engine.served_module()
+        from legorl.models.registry import load_model
+
+        module: torch.nn.Module = load_model(self.served_model_path())
+        return module
+
+    def weights_changing(self) -> AbstractContextManager[None]:
+        """Enter around a training step: a colocated engine generates nothing meanwhile."""
+        return self.engine.paused() if isinstance(self.engine, ColocatedEngine) else nullcontext()
+
     def served_model_path(self) -> Path:
         """The model directory the engine was loaded from (the stack loaded the engine itself)."""
         if self.model_path is None:
@@ -99,7 +118,10 @@ def load_engine(cfg: EngineConfig) -> tuple[Engine, Path]:
     from legorl.models.registry import resolve_model
 
     path = resolve_model(cfg.model)
-    return EmbeddedEngine.from_pretrained(str(path), max_batch_size=cfg.max_batch_size), path
+    engine = EmbeddedEngine.from_pretrained(
+        str(path), max_batch_size=cfg.max_batch_size, prefix_cache_tokens=cfg.prefix_cache_tokens
+    )
+    return engine, path
 
 
 def _socket_dir() -> Path:

@@ -17,13 +17,12 @@ import torch
 
 from legorl.config import RunConfig
 from legorl.errors import ConfigError
-from legorl.loop.batch import assemble_batch
+from legorl.loop.batch import Batch, assemble_batch
 from legorl.loop.control import RunState, read_control, wait_while_paused, write_control
 from legorl.loop.eval import evaluate_phase, phase_report_path
 from legorl.loop.provenance import write_manifest
 from legorl.loop.rollout import run_rollout
-from legorl.loop.stack import build_harness, open_gateway_stack, rollout_context, sandbox_backend
-from legorl.models.registry import load_model
+from legorl.loop.stack import GatewayStack, build_harness, open_gateway_stack, rollout_context, sandbox_backend
 from legorl.observe.memory import release_free_memory
 from legorl.observe.metrics import MetricsLogger, read_metrics
 from legorl.observe.monitors import AlertLog, Monitors
@@ -90,7 +89,7 @@ async def train(
         async with open_gateway_stack(cfg.engine, rollout=cfg.rollout, run_dir=run_dir) as stack:
             engine, store = stack.engine, stack.run_store()
             trainer = Trainer(
-                load_model(stack.served_model_path()),
+                stack.policy_module(colocate=cfg.engine.colocate_trainer),
                 cfg.trainer,
                 temperature=cfg.rollout.temperature,
                 total_steps=cfg.steps,
@@ -143,7 +142,8 @@ async def train(
                 )
                 version_before = trainer.version
                 phases.begin(f"step {step + 1}/{cfg.steps}: training on {len(batch.samples)} samples")
-                metrics = await asyncio.to_thread(trainer.step, batch.samples, batch.monitor)
+                release_free_memory()  # the engine's batch KV, freed: the step's gradients need the room
+                metrics = await asyncio.to_thread(train_step, trainer, stack, batch)
                 release_free_memory()  # the step's activations and gradients, before the next rollouts
                 record_step_logprobs(trainer_logprobs, trainer, rollouts, step, version_before)
                 if metrics["train/updated"]:
@@ -200,6 +200,13 @@ async def train(
         log.info("held-out evaluation after training: %s", cfg.eval.suite)
         await evaluate_phase(cfg, "after", progress)
     return history
+
+
+def train_step(trainer: Trainer, stack: GatewayStack, batch: Batch) -> dict[str, Any]:
+    """One trainer step on ``batch`` while the engine generates nothing (a colocated engine serves
+    the very weights the step changes). Blocking: run it in a worker thread."""
+    with stack.weights_changing():
+        return trainer.step(batch.samples, batch.monitor)
 
 
 def finished_all_steps(checkpoint: Path, cfg: RunConfig) -> bool:

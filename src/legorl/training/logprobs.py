@@ -214,28 +214,27 @@ def compute_token_logprobs_shared_prefix(
     sequences: Sequence[Sequence[int] | torch.Tensor],
     prefix_len: int,
     temperature: float = 1.0,
-    pad_token_id: int = 0,
     chunk_size: int = 1024,
     score_from: int = 1,
 ) -> list[torch.Tensor]:
     """Several sequences that start with the same ``prefix_len`` tokens (a GRPO group: one prompt,
     several completions), the prefix run once.
 
-    The prefix goes through the decoder as one row, filling a KV cache; the cache is repeated to
-    the batch (``repeat_interleave`` is differentiable, so under grad the prefix's activations are
-    kept once and backward sums every row's gradient into them); then the suffixes run as one
-    right-padded ``[B, longest_suffix]`` block on top of it, positions ``prefix_len..``. The
-    result is what :func:`compute_token_logprobs_batch` returns (one ``[len_i]`` tensor per
-    sequence, ``[0] = 0.0``, differentiable under grad), equal up to float rounding, for
-    ``prefix_len + B × longest_suffix`` tokens fed instead of ``B × longest``. Needs
-    ``1 <= prefix_len < len_i`` for every sequence and a model with ``get_decoder`` /
-    ``get_output_embeddings``.
+    One row goes through the decoder: the prefix, then every sequence's suffix end to end, each
+    suffix's positions continuing at ``prefix_len``. A 4D mask lets a suffix token see the prefix
+    and the earlier tokens of its own suffix only (a tree of one trunk and ``B`` branches), so every
+    token's hidden state is the one it has in its own sequence. Under grad the prefix's activations
+    exist once and backward sums every branch's gradient into them. Unlike repeating a prefix KV
+    cache to ``B`` rows, nothing prefix-sized is ever copied per sequence: activation memory is
+    that of ``prefix_len + Σ suffix`` tokens. The result is what :func:`compute_token_logprobs_batch`
+    returns (one ``[len_i]`` tensor per sequence, ``[0] = 0.0``, differentiable under grad), equal
+    up to float rounding. Needs ``1 <= prefix_len < len_i`` for every sequence and a model with
+    ``get_decoder`` / ``get_output_embeddings``.
 
-    ``score_from``: prefix positions before it are not scored (``0.0``; the suffixes always are), which skips the LM head over a
-    prompt that no loss looks at (the head is about a fifth of SmolLM2's compute per position).
+    ``score_from``: prefix positions before it are not scored (``0.0``; the suffixes always are),
+    which skips the LM head over a prompt that no loss looks at (the head is about a fifth of
+    SmolLM2's compute per position).
     """
-    from transformers import DynamicCache
-
     p = next(model.parameters())
     seqs, lens, temperature = _batch_inputs(sequences, p.device, temperature)
     if not seqs:
@@ -246,37 +245,42 @@ def compute_token_logprobs_shared_prefix(
     prefix = seqs[0][:P]
     if any(not torch.equal(s[:P], prefix) for s in seqs[1:]):
         raise ValueError(f"the sequences do not share their first {P} tokens")
-    decoder, head = model.get_decoder(), model.get_output_embeddings()
-    cache = DynamicCache()
-    hp = decoder(
-        input_ids=prefix[None],
-        position_ids=torch.arange(P, device=p.device)[None],
-        past_key_values=cache,
-        use_cache=True,
-    ).last_hidden_state  # [1, P, H]
-    B, S = len(seqs), max(lens) - P
-    cache.batch_repeat_interleave(B)
-    suffix = torch.full((B, S), pad_token_id, dtype=torch.long, device=p.device)
-    for i, s in enumerate(seqs):
-        suffix[i, : lens[i] - P] = s[P:]
-    # right padding: every real suffix token sees the prefix and the real tokens before it only,
-    # so one causal-after-the-prefix mask serves all rows
-    hs = decoder(
-        input_ids=suffix,
-        position_ids=torch.arange(P, P + S, device=p.device)[None].expand(B, S),
-        attention_mask=_causal_mask(S, P, p.dtype, p.device),
-        past_key_values=cache,
-        use_cache=True,
-    ).last_hidden_state  # [B, S, H]
-    zero = torch.zeros(1, dtype=torch.float32, device=p.device)
-    first = min(max(1, int(score_from)), P)  # prefix positions first..P-1 are scored
-    scored = (
-        _chunked_head_logprobs(hp[:, first - 1 : -1], prefix[None, first:], head, temperature, chunk_size)[0]
-        if first < P
-        else zero[:0]
+    suffix_lens = [n - P for n in lens]
+    ids = torch.cat([prefix, *(s[P:] for s in seqs)])
+    # branch[j]: 0 on the prefix, i + 1 on sequence i's suffix
+    branch = torch.repeat_interleave(
+        torch.arange(len(seqs) + 1, device=p.device), torch.tensor([P, *suffix_lens], device=p.device)
     )
-    prefix_lp = torch.cat([zero.expand(first - 1), scored])
-    # the prefix's last position predicts every row's first suffix token
-    hidden = torch.cat([hp[:, -1:].expand(B, 1, hp.shape[-1]), hs[:, :-1]], dim=1)
-    suffix_lp = _chunked_head_logprobs(hidden, suffix, head, temperature, chunk_size)  # [B, S]
-    return [torch.cat([zero, prefix_lp, suffix_lp[i, : lens[i] - P]]) for i in range(B)]
+    positions = torch.cat([torch.arange(P, device=p.device), *(torch.arange(P, n, device=p.device) for n in lens)])
+    at = torch.arange(ids.shape[0], device=p.device)
+    visible = (at[None, :] <= at[:, None]) & ((branch[None, :] == 0) | (branch[None, :] == branch[:, None]))
+    mask = torch.zeros(1, 1, *visible.shape, dtype=p.dtype, device=p.device)
+    mask.masked_fill_(~visible[None, None], torch.finfo(p.dtype).min)
+    hidden = model.get_decoder()(
+        input_ids=ids[None], position_ids=positions[None], attention_mask=mask, use_cache=False
+    ).last_hidden_state[0]
+    # each scored token and the position that predicts it: the one before it in its own sequence
+    # (a suffix's first token: the prefix's last position)
+    first = min(max(1, int(score_from)), P)  # prefix positions first..P-1 are scored
+    targets, sources = [torch.arange(first, P, device=p.device)], [torch.arange(first - 1, P - 1, device=p.device)]
+    start = P
+    for n in suffix_lens:
+        targets.append(torch.arange(start, start + n, device=p.device))
+        sources.append(
+            torch.cat([torch.tensor([P - 1], device=p.device), torch.arange(start, start + n - 1, device=p.device)])
+        )
+        start += n
+    lp = _chunked_head_logprobs(
+        hidden[torch.cat(sources)][None],
+        ids[torch.cat(targets)][None],
+        model.get_output_embeddings(),
+        temperature,
+        chunk_size,
+    )[0]
+    zero = torch.zeros(first, dtype=torch.float32, device=p.device)
+    prefix_lp = torch.cat([zero, lp[: P - first]])
+    out, k = [], P - first
+    for n in suffix_lens:
+        out.append(torch.cat([prefix_lp, lp[k : k + n]]))
+        k += n
+    return out

@@ -14,9 +14,12 @@ batch:
    (the loss is normalised by the mini-batch's totals, so the split does not change the step);
    with ``packing``, samples are instead packed end to end into one row per pass (no padding; a
    block-diagonal causal mask keeps them apart: :func:`compute_token_logprobs_packed`);
-   with ``prefix_sharing`` (default), samples that share a prompt run it once and their
-   completions as a batch on its KV cache (:func:`plan_shared_prefix_passes`); the LM head is chunked over positions (:func:`compute_token_logprobs_batch`), so full-vocabulary
-   logits exist for ``chunk_size`` positions at a time;
+   with ``prefix_sharing`` (default), samples that share a prompt run it once, their completions
+   after it in the same row, each seeing the prompt and itself only
+   (:func:`plan_shared_prefix_passes`, :func:`compute_token_logprobs_shared_prefix`); the LM head
+   is chunked over positions, so full-vocabulary logits exist for ``chunk_size`` positions at a
+   time; with ``gradient_checkpointing``, decoder layers recompute their activations in backward
+   (:mod:`legorl.training.recompute`);
 4. samples without a gradient (zero advantage, or ``monitor``) are scored without grad for the
    fidelity statistics only.
 
@@ -43,6 +46,7 @@ from legorl.training.logprobs import (
     compute_token_logprobs_packed,
     compute_token_logprobs_shared_prefix,
 )
+from legorl.training.recompute import recompute_decoder_layers
 from legorl.trajectory.records import Sample
 
 __all__ = ["ForwardPass", "Trainer", "lr_factor", "plan_forward_passes", "plan_shared_prefix_passes"]
@@ -117,8 +121,7 @@ def plan_shared_prefix_passes(
     Samples whose tokens before the first sampled one are equal form a family (a GRPO group: one
     prompt, several completions); its shared prefix is the members' longest common prefix, capped
     so every member keeps at least one token of its own. A family is split into passes of
-    ``prefix + rows × longest_suffix <= forward_tokens`` (longest suffixes first; at least one
-    row). Samples left alone (no family, or the last member of a split) are planned by
+    ``prefix + Σ suffixes <= forward_tokens`` (longest suffixes first; at least one member). Samples left alone (no family, or the last member of a split) are planned by
     :func:`plan_forward_passes` (padded, or packed)."""
     families: dict[tuple[int, ...], list[int]] = {}
     for i, (ids, mask) in enumerate(zip(token_ids, loss_masks)):
@@ -134,8 +137,10 @@ def plan_shared_prefix_passes(
             continue
         members = sorted(members, key=lambda i: -len(token_ids[i]))
         while members:
-            longest = len(token_ids[members[0]]) - shared
-            rows = max(1, min(len(members), (forward_tokens - shared) // max(1, longest)))
+            rows, fed = 1, len(token_ids[members[0]])  # the prefix and the first suffix
+            while rows < len(members) and fed + len(token_ids[members[rows]]) - shared <= forward_tokens:
+                fed += len(token_ids[members[rows]]) - shared
+                rows += 1
             chunk, members = members[:rows], members[rows:]
             if len(chunk) == 1:
                 alone.extend(chunk)
@@ -209,7 +214,6 @@ class Trainer:
                 [s.token_ids for s in samples],
                 prefix_len,
                 temperature=self.temperature,
-                pad_token_id=self.pad_token_id,
                 chunk_size=self.cfg.chunk_size,
                 # only sampled tokens are read (loss and fidelity): no LM head over the prompt
                 score_from=min(_first_sampled(s.loss_mask) for s in samples),
@@ -358,7 +362,8 @@ class Trainer:
         for fp in self._plan(mb):
             part = fp.indices
             rows = [mb[i] for i in part]
-            lps = self._logprobs(self.model, rows, fp.prefix_len)
+            with recompute_decoder_layers(self.model, self.cfg.gradient_checkpointing):
+                lps = self._logprobs(self.model, rows, fp.prefix_len)
             refs: list[torch.Tensor | None] = [None] * len(rows)
             if self.reference is not None:
                 refs = list(self._score(self.reference, rows))
@@ -379,7 +384,7 @@ class Trainer:
             part_loss = aggregate_losses(
                 losses, [s.num_sampled for s in rows], self.loss_cfg.aggregation, total_samples, total_tokens
             )
-            torch.autograd.backward(part_loss)
+            torch.autograd.backward(part_loss)  # a recomputed layer replays its own saved forward
             loss_value += float(part_loss.detach())
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
         stats.grad_norms.append(float(grad_norm))
@@ -404,9 +409,8 @@ class Trainer:
 
 
 def _count_tokens(stats: _StepStats, lengths: Sequence[int], prefix_len: int | None, packing: bool) -> None:
-    if prefix_len is not None:
-        real = prefix_len + sum(n - prefix_len for n in lengths)
-        fed = prefix_len + len(lengths) * (max(lengths) - prefix_len)
+    if prefix_len is not None:  # the prefix once, then every suffix end to end: no padding
+        real = fed = prefix_len + sum(n - prefix_len for n in lengths)
     else:
         real = sum(lengths)
         fed = real if packing else len(lengths) * max(lengths)
