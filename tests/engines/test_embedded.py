@@ -7,6 +7,7 @@ import time
 
 import pytest
 import torch
+from tiny_llama import tiny_llama
 
 from legorl.engines.base import Engine, SamplingParams
 from legorl.engines.embedded import EmbeddedEngine, sample_token
@@ -238,20 +239,7 @@ async def test_update_weights(engine, prompts):
 
 async def test_close_fails_pending():
 
-    # tiny engine sharing nothing with the module fixture: a random 2-layer Llama
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    cfg = LlamaConfig(
-        vocab_size=64,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=4096,
-    )
-    eng = EmbeddedEngine(LlamaForCausalLM(cfg), None, model_name="tiny", eos_token_ids=(), max_batch_size=2)
+    eng = _tiny_engine(max_positions=4096, max_batch_size=2)
     tasks = [asyncio.create_task(eng.generate([1, 2, 3], SamplingParams(max_tokens=3000, seed=i))) for i in range(4)]
     await asyncio.sleep(0.2)
     await eng.close()
@@ -262,20 +250,11 @@ async def test_close_fails_pending():
         await eng.generate([1, 2], SamplingParams(max_tokens=2))
 
 
-def _tiny_engine(**kwargs) -> EmbeddedEngine:
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    cfg = LlamaConfig(
-        vocab_size=64,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=1024,
+def _tiny_engine(max_positions: int = 1024, **kwargs) -> EmbeddedEngine:
+    """An engine on a random 2-layer Llama, sharing nothing with the module fixture; eos ignored."""
+    return EmbeddedEngine(
+        tiny_llama(64, max_positions=max_positions), None, model_name="tiny", eos_token_ids=(), **kwargs
     )
-    return EmbeddedEngine(LlamaForCausalLM(cfg).eval(), None, model_name="tiny", eos_token_ids=(), **kwargs)
 
 
 async def test_a_colocated_trainer_changes_the_served_weights_while_generation_waits():

@@ -57,19 +57,9 @@ def run_config(run_dir: Path, steps: int = 2) -> RunConfig:
 
 def tiny_trainer_model(vocab_size: int) -> torch.nn.Module:
     """A tiny random Llama over ``vocab_size`` tokens (fixed seed)."""
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from tiny_llama import tiny_llama
 
-    torch.manual_seed(0)
-    cfg = LlamaConfig(
-        vocab_size=vocab_size,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=32768,
-    )
-    return LlamaForCausalLM(cfg).eval()
+    return tiny_llama(vocab_size, max_positions=32768)
 
 
 def policy_command(task_id: str, kind: str) -> str:

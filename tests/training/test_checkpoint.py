@@ -7,7 +7,8 @@ import os
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
+from tiny_llama import tiny_llama
+from transformers import AutoModelForCausalLM, LlamaForCausalLM
 
 from legorl.config import TrainerConfig
 from legorl.training import checkpoint as ck
@@ -17,17 +18,7 @@ from legorl.trajectory.records import Sample
 
 
 def _model(seed: int) -> LlamaForCausalLM:
-    torch.manual_seed(seed)
-    cfg = LlamaConfig(
-        vocab_size=53,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=128,
-    )
-    return LlamaForCausalLM(cfg).eval()
+    return tiny_llama(53, max_positions=128, seed=seed)
 
 
 def _samples(model, n=4):

@@ -4,24 +4,15 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+from tiny_llama import tiny_llama
+from transformers import LlamaForCausalLM
 
 from legorl.training.logprobs import compute_token_logprobs_shared_prefix
 from legorl.training.recompute import decoder_layers, recompute_decoder_layers
 
 
 def _model() -> LlamaForCausalLM:
-    torch.manual_seed(0)
-    cfg = LlamaConfig(
-        vocab_size=97,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=3,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-    )
-    return LlamaForCausalLM(cfg).eval()
+    return tiny_llama(97, layers=3, max_positions=256)
 
 
 def _grads_and_mlp_calls(model: LlamaForCausalLM, recompute: bool) -> tuple[torch.Tensor, int]:

@@ -8,7 +8,8 @@ import math
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+from tiny_llama import tiny_llama
+from transformers import LlamaForCausalLM
 
 from legorl.config import TrainerConfig
 from legorl.training.gspo import LossConfig, aggregate_losses, needs_old_recompute, sample_loss
@@ -20,17 +21,7 @@ VOCAB = 61
 
 
 def _model(seed: int = 0) -> LlamaForCausalLM:
-    torch.manual_seed(seed)
-    cfg = LlamaConfig(
-        vocab_size=VOCAB,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-    )
-    return LlamaForCausalLM(cfg).eval()
+    return tiny_llama(VOCAB, max_positions=256, seed=seed)
 
 
 def _sample(model, rollout_id: str, ids: list[int], prompt: int, advantage: float, shift: float = 0.0) -> Sample:
