@@ -4,6 +4,7 @@ runmaker.py), a live run made while a test watches, the UI served in the backgro
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import os
 import shutil
 import threading
@@ -28,7 +29,10 @@ def trained_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if reuse:
         shutil.copytree(reuse, run_dir)
         return run_dir
-    asyncio.run(short_run(run_dir, steps=2))
+    # on a thread of its own: the test that first asks for this run may already be running an event
+    # loop on this one (Playwright's sync API does), and asyncio.run refuses to nest
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        pool.submit(asyncio.run, short_run(run_dir, steps=2)).result()
     return run_dir
 
 
