@@ -172,7 +172,11 @@ def run_trainer_bench(
 
     if not 0 <= prompt_tokens < tokens:
         raise ConfigError(f"bench trainer: --tokens ({tokens}) must exceed the prompt's {prompt_tokens} tokens")
+    from rich.console import Console
+
+    progress = Console(stderr=True)  # stdout carries the JSON; big shapes take minutes per step
     torch.manual_seed(0)
+    progress.print(f"bench trainer: loading {model}, {samples} samples x {tokens} tokens")
     m = load_model(model)
     data = make_samples(m, samples, tokens, prompt_tokens, group_size=group_size)
     cfg = TrainerConfig(**(overrides or {}))
@@ -182,6 +186,7 @@ def run_trainer_bench(
         logging.getLogger("trl").setLevel(logging.ERROR)
         trl = TrlStep(load_model(model), load_tokenizer(model), data, prompt_tokens, cfg)
     # warm-up (allocator, optimizer state); on identical weights, so the gradients must agree
+    progress.print("warm-up step" + (" (ours, then TRL's)" if trl else ""))
     first = trainer.step(data)
     trl_first_norm = trl.step() if trl else None
     times: list[float] = []
@@ -195,6 +200,9 @@ def run_trainer_bench(
             t0 = time.perf_counter()
             trl.step()
             trl_times.append(time.perf_counter() - t0)
+        progress.print(
+            f"timed step {len(times)}/{steps}: ours {times[-1]:.2f} s" + (f", TRL {trl_times[-1]:.2f} s" if trl else "")
+        )
     result: dict[str, Any] = {
         "model": model,
         "samples": samples,
