@@ -9,7 +9,8 @@ How it works
   only the remainder) and its first token is sampled, (3) runs one decode step for every row
   of the batch at once and (4) retires finished rows.
 * The running batch keeps, per layer, preallocated KV buffers ``[B, kv_heads, capacity, head_dim]``
-  that grow geometrically (no per-step ``torch.cat``), never past what the rows can still generate. Rows are left-padded to a common width; each
+  that grow geometrically (no per-step ``torch.cat``), never past what the rows can still
+  generate. Rows are left-padded to a common width; each
   forward gets an explicit additive 4-D attention mask (pad columns masked) and explicit
   ``position_ids`` (a row's positions count only its real tokens), so padding never changes what a
   row computes (up to float rounding). When rows leave, all-padding columns are trimmed.
@@ -245,6 +246,11 @@ class _Row:
     @property
     def next_token(self) -> int:
         return self.out[-1]
+
+    @property
+    def left(self) -> int:
+        """Tokens it may still generate."""
+        return self.req.max_tokens - len(self.out)
 
 
 # --------------------------------------------------------------------------- engine
@@ -653,7 +659,7 @@ class EmbeddedEngine:
         B0, W0 = len(self._rows), self._W
         W = max([W0] + lens)
         B = B0 + len(lens)
-        cap = _capacity(W, [*(r.req.max_tokens - len(r.out) for r in self._rows), *max_tokens])
+        cap = _capacity(W, [*(r.left for r in self._rows), *max_tokens])
         L, H, D = self._kv_shape()
         pads = [int(p) + (W - W0) for p in self._pad.tolist()] + [W - n for n in lens]
         newK, newV = [], []
@@ -674,7 +680,7 @@ class EmbeddedEngine:
 
     def _grow(self) -> None:
         W = self._W
-        cap = _capacity(W, (r.req.max_tokens - len(r.out) for r in self._rows))
+        cap = _capacity(W, (r.left for r in self._rows))
         for l in range(len(self._K)):
             for buf in (self._K, self._V):
                 old = buf[l]
@@ -734,7 +740,7 @@ class EmbeddedEngine:
         pad = self._pad[keep_t]
         lo = int(pad.min())
         W = self._W - lo
-        cap = _capacity(W, (self._rows[i].req.max_tokens - len(self._rows[i].out) for i in keep))
+        cap = _capacity(W, (self._rows[i].left for i in keep))
         for buf in (self._K, self._V):
             for l in range(len(buf)):
                 old = buf[l]
