@@ -87,6 +87,7 @@ console = Console(width=None if sys.stdout.isatty() else 160)
 
 # Sub-command groups owned by their packages (each module imports only typer at top level).
 # -- sub-apps: one `app.add_typer(...)` line per package below --
+from legorl.tasks.cli import INSTANCES_HELP, REPOS_HELP  # noqa: E402
 from legorl.tasks.cli import app as tasks_app  # noqa: E402
 
 app.add_typer(tasks_app, name="tasks")
@@ -318,6 +319,21 @@ def _load_config(config: Path | None, set_: list[str], **more: object):
 
 
 _SET_HELP = "Override a field: --set trainer.lr=2e-6 (JSON values; repeatable)."
+_SUITE_HELP = "Task suite (a name from `legorl tasks list`, or a path); overrides the config's suite."
+
+
+def _suite_fields(suite: str | None, repos: list[str] | None, instances: list[str] | None) -> dict[str, object]:
+    """``--suite/--repos/--instances`` as RunConfig fields (only those given)."""
+    from legorl.tasks.cli import split_list
+
+    fields: dict[str, object] = {}
+    if suite is not None:
+        fields["suite"] = suite
+    if repos:
+        fields["task_repos"] = split_list(repos)
+    if instances:
+        fields["task_ids"] = split_list(instances)
+    return fields
 
 
 def _train(
@@ -379,8 +395,13 @@ def train(
         "--resume",
         help="Continue RUN_DIR from its latest checkpoint (its config.json, then --set, e.g. --set steps=10).",
     ),
+    suite: str | None = typer.Option(None, "--suite", help=_SUITE_HELP),
+    repos: list[str] | None = typer.Option(None, "--repos", help=REPOS_HELP),
+    instances: list[str] | None = typer.Option(None, "--instances", help=INSTANCES_HELP),
 ) -> None:
     """Train with a config file (validated first: see legorl validate)."""
+    fields = _suite_fields(suite, repos, instances)
+    set_ = [*set_, *(f"{k}={json.dumps(v)}" for k, v in fields.items())]
     _train(config, set_, validate=not no_validate, validate_live=validate_live, ui=ui, ui_port=ui_port, resume=resume)
 
 
@@ -402,6 +423,9 @@ def eval_cmd(
     concurrency: int = typer.Option(8, help="Rollouts at once."),
     out: Path | None = typer.Option(None, "--out", help="Write the report JSON here (default: RUN_DIR/eval.json)."),
     as_json: bool = typer.Option(False, "--json/--no-json", help="Print the report as JSON instead of a table."),
+    suite: str | None = typer.Option(None, "--suite", help=_SUITE_HELP),
+    repos: list[str] | None = typer.Option(None, "--repos", help=REPOS_HELP),
+    instances: list[str] | None = typer.Option(None, "--instances", help=INSTANCES_HELP),
 ) -> None:
     """pass@1 and pass@k (unbiased) with 95% intervals over N samples per task; env failures apart."""
     import asyncio
@@ -410,7 +434,7 @@ def eval_cmd(
     from legorl.loop.eval_stats import EvalReport, compare
     from legorl.observe.progress import RichPhaseProgress
 
-    cfg = _load_config(config, set_)
+    cfg = _load_config(config, set_, **_suite_fields(suite, repos, instances))
     try:
         with RichPhaseProgress(Console(stderr=True)) as progress:  # stdout may carry the JSON
             report = asyncio.run(

@@ -213,6 +213,9 @@ class EvalConfig(_Strict):
 
     suite: str | None = Field(None, description="Suite to evaluate on (null: no evaluation).")
     task_ids: list[str] = Field(default_factory=list, description="Only these instance ids of the suite (empty = all).")
+    task_repos: list[str] = Field(
+        default_factory=list, description="Only tasks of these repositories, owner/name (empty = all)."
+    )
     samples: int = Field(8, ge=1, description="Rollouts per task.")
     k: list[int] = Field(default_factory=lambda: [1], description="pass@k to report.")
     before: bool = Field(True, description="Evaluate the initial weights before training.")
@@ -299,8 +302,16 @@ class WandbConfig(_Strict):
 
 class RunConfig(_Strict):
     run_dir: Path = Field(Path("runs/demo"), description="Where turns, rollouts and metrics are written.")
-    suite: str = Field("trivial", description="Task suite: a built-in name or a path.")
+    suite: str = Field("trivial", description="Task suite: a suite name (`legorl tasks list`) or a path.")
     task_ids: list[str] = Field(default_factory=list, description="Only these instance ids of the suite (empty = all).")
+    task_repos: list[str] = Field(
+        default_factory=list, description="Only tasks of these repositories, owner/name (empty = all)."
+    )
+    allow_eval_suite: bool = Field(
+        False,
+        description="Train on a suite marked as an evaluation set (swebench-verified). Off, so that a "
+        "benchmark's scores are not made meaningless by training on it by accident.",
+    )
     steps: int = Field(2, ge=1, description="Training steps.")
     tasks_per_step: int = Field(3, ge=1, description="Distinct tasks per step.")
     group_size: int = Field(4, ge=2, description="Rollouts per task (the GSPO group).")

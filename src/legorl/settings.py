@@ -14,6 +14,10 @@ variable                    field                      meaning
                                                        per-sandbox pids/memory cgroup
 ``LEGORL_BWRAP_USERNS``     ``bwrap_userns``           ``0``: bwrap sandboxes run without a user
                                                        namespace (default: one when bwrap can make it)
+``LEGORL_SWEBENCH_DIR``     ``swebench_dir``           SWE-bench's parquet files and ``repos/`` bundles
+                                                       (default: ``../shared/data/swebench`` beside a
+                                                       source checkout when present, else
+                                                       ``$LEGORL_HOME/swebench``)
 =========================== ========================== ===============================================
 
 Variables the project sets for its own programs inside a sandbox (``LEGORL_SESSION_TOKEN``,
@@ -30,6 +34,8 @@ from pathlib import Path
 from legorl.errors import ConfigError
 
 DEFAULT_IMAGE_CACHE_BYTES = 20 * 1024**3
+# src/legorl/settings.py -> the source checkout (meaningful for a checkout, harmless for a wheel)
+_CHECKOUT = Path(__file__).resolve().parents[2]
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("", "0", "false", "no", "off")
 
@@ -52,6 +58,7 @@ class Settings:
     image_cache_bytes: int = DEFAULT_IMAGE_CACHE_BYTES
     cgroups_enabled: bool = True
     bwrap_userns: bool = True  # False: never; True: when bwrap can create a user namespace here
+    swebench_dir: Path = Path()
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -67,8 +74,15 @@ class Settings:
                 raise ConfigError(f"LEGORL_IMAGE_CACHE_BYTES={raw_bytes!r}: must not be negative")
         else:
             cache_bytes = DEFAULT_IMAGE_CACHE_BYTES
+        swebench = env.get("LEGORL_SWEBENCH_DIR")
+        if swebench:
+            swebench_dir = Path(swebench).expanduser()
+        else:
+            beside_checkout = _CHECKOUT.parent / "shared" / "data" / "swebench"
+            swebench_dir = beside_checkout if beside_checkout.is_dir() else home / "swebench"
         return cls(
             legorl_home=home,
+            swebench_dir=swebench_dir,
             image_cache_bytes=cache_bytes,
             cgroups_enabled=not _flag(env, "LEGORL_NO_CGROUPS", False),
             bwrap_userns=_flag(env, "LEGORL_BWRAP_USERNS", True),

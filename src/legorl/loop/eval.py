@@ -21,17 +21,11 @@ from legorl.loop.eval_stats import EvalReport, Outcome, build_report
 from legorl.loop.rollout import RolloutContext, run_rollout
 from legorl.loop.stack import build_harness, open_gateway_stack, rollout_context, sandbox_backend
 from legorl.observe.progress import NoProgress, PhaseProgress
-from legorl.tasks.loader import load_suite
+from legorl.tasks.loader import run_tasks
 from legorl.trajectory.records import Rollout
 
 ENGINES = ("embedded", "scripted-gold", "scripted-wrong")
 PHASES = ("before", "after")
-
-
-def _select(tasks: list[Any], task_ids: list[str]) -> list[Any]:
-    from legorl.loop.train import select_tasks
-
-    return select_tasks(tasks, task_ids)
 
 
 async def _run_all(
@@ -72,7 +66,7 @@ async def evaluate(
         raise ValueError("--checkpoint evaluates trained weights: use the embedded engine")
     run_dir = Path(cfg.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    tasks = _select(load_suite(cfg.suite), cfg.task_ids)
+    tasks = run_tasks(cfg, training=False)
     harness = build_harness(cfg.rollout)
     backend = sandbox_backend(cfg.sandbox)
     sem = asyncio.Semaphore(max(1, concurrency))
@@ -137,7 +131,12 @@ async def evaluate_phase(cfg: RunConfig, phase: str, progress: PhaseProgress | N
         raise ValueError(f"no eval phase {phase!r} for this config")
     run_dir = Path(cfg.run_dir)
     eval_cfg = cfg.model_copy(
-        update={"suite": cfg.eval.suite, "task_ids": cfg.eval.task_ids, "run_dir": run_dir / "eval" / phase}
+        update={
+            "suite": cfg.eval.suite,
+            "task_ids": cfg.eval.task_ids,
+            "task_repos": cfg.eval.task_repos,
+            "run_dir": run_dir / "eval" / phase,
+        }
     )
     report = await evaluate(
         eval_cfg,

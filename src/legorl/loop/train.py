@@ -29,7 +29,7 @@ from legorl.observe.monitors import AlertLog, Monitors
 from legorl.observe.plots import run_reward_curve
 from legorl.observe.progress import NoProgress, PhaseProgress
 from legorl.observe.token_logprobs import TrainerLogprobs
-from legorl.tasks.loader import load_suite
+from legorl.tasks.loader import run_tasks
 from legorl.training.checkpoint import (
     keep_metrics_until,
     latest_checkpoint,
@@ -58,6 +58,7 @@ async def train(
     ckpt = latest_checkpoint(run_dir) if resume else None
     if resume and ckpt is None:
         raise ConfigError(f"{run_dir}: no complete checkpoint to resume from")
+    tasks = run_tasks(cfg, training=True)  # before the run directory exists: a refused run leaves nothing
     run_dir.mkdir(parents=True, exist_ok=True)
     if not resume:
         (run_dir / "config.json").write_text(cfg.model_dump_json(indent=2))
@@ -66,7 +67,6 @@ async def train(
     asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=64))
     random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
-    tasks = select_tasks(load_suite(cfg.suite), cfg.task_ids)
     rng = random.Random(cfg.seed)
     harness = build_harness(cfg.rollout)
     backend = sandbox_backend(cfg.sandbox)
@@ -223,16 +223,6 @@ def resume_manifest_name(run_dir: Path, start: int) -> str:
         n += 1
         name = f"manifest-resume-{start:06d}-{n}.json"
     return name
-
-
-def select_tasks(tasks: list, task_ids: list[str]) -> list:
-    if not task_ids:
-        return tasks
-    by_id = {t.instance_id: t for t in tasks}
-    unknown = [i for i in task_ids if i not in by_id]
-    if unknown:
-        raise ConfigError(f"task_ids not in the suite: {', '.join(unknown)}")
-    return [by_id[i] for i in task_ids]
 
 
 def record_step_logprobs(

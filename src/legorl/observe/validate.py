@@ -295,13 +295,12 @@ class Validator:
 
     def c_suite(self) -> tuple[Level, str, str] | tuple[Level, str]:
         from legorl.errors import LegoRLError
-        from legorl.loop.train import select_tasks
-        from legorl.tasks.loader import load_suite
+        from legorl.tasks.loader import run_tasks
 
         try:
-            self.tasks = select_tasks(load_suite(self.cfg.suite), self.cfg.task_ids)
+            self.tasks = run_tasks(self.cfg, training=True)
         except LegoRLError as exc:
-            return "fatal", str(exc), "set suite / task_ids to tasks that exist (`legorl tasks list`)"
+            return "fatal", str(exc), "set suite / task_repos / task_ids to tasks that exist (`legorl tasks list`)"
         if not self.tasks:
             return "fatal", f"suite {self.cfg.suite!r} has no tasks", "point suite at a directory or file with tasks"
         return "pass", f"suite {self.cfg.suite!r}: {len(self.tasks)} task(s)"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections import Counter
 from pathlib import Path
 from typing import NoReturn
 
@@ -28,63 +29,119 @@ def _fail(exc: Exception) -> NoReturn:
 
 
 # `legorl tasks list --json` keys (docs/cli.md; tests/test_cli_json.py checks them)
-SUITES_JSON_KEYS = ("suites", "total")  # suites: [{"name", "tasks"}]
+SUITES_JSON_KEYS = ("suites", "total")  # suites: [{"name", "tasks", "available"}]
 SUITE_JSON_KEYS = ("suite", "tasks")
-TASK_JSON_KEYS = ("instance_id", "tier", "repo", "fail_to_pass", "pass_to_pass", "hidden_tests", "source_dir")
+TASK_JSON_KEYS = (
+    "instance_id",
+    "tier",
+    "repo",
+    "version",
+    "fail_to_pass",
+    "pass_to_pass",
+    "hidden_tests",
+    "source_dir",
+    "available",
+    "unavailable_reason",
+)
+
+REPOS_HELP = "Only tasks of these repositories (owner/name; repeat or comma-separate)."
+INSTANCES_HELP = "Only these instance ids (repeat or comma-separate); an unknown or unavailable one is an error."
+REPOS_DIR_HELP = (
+    "SWE-bench suites: take repository trees from clones in this directory (owner__name or owner/name) "
+    "or a URL prefix such as https://github.com, instead of the shipped git bundles."
+)
+
+
+def split_list(values: list[str] | None) -> list[str]:
+    """``--repos a,b --repos c`` → ``["a", "b", "c"]``."""
+    return [v.strip() for raw in values or [] for v in raw.split(",") if v.strip()]
 
 
 @app.command("list")
 def list_(
-    suite: str | None = typer.Argument(None, help="Suite name or path; omit to list the built-in suites."),
+    suite: str | None = typer.Argument(None, help="Suite name or path; omit to list the suites."),
+    repos: list[str] | None = typer.Option(None, "--repos", help=REPOS_HELP),
+    instances: list[str] | None = typer.Option(None, "--instances", help=INSTANCES_HELP),
+    repos_dir: str | None = typer.Option(None, "--repos-dir", help=REPOS_DIR_HELP),
     as_json: bool = typer.Option(
         False,
         "--json",
         help=(
-            'Print JSON. Without SUITE: {"suites": [{"name", "tasks"}], "total"}; with SUITE: {"suite", '
-            '"tasks": [{' + ", ".join(f'"{k}"' for k in TASK_JSON_KEYS) + "}]} (fail_to_pass/pass_to_pass: test "
-            "counts; hidden_tests: the task has a test_patch)."
+            'Print JSON. Without SUITE: {"suites": [{"name", "tasks", "available"}], "total"}; with SUITE: '
+            '{"suite", "tasks": [{' + ", ".join(f'"{k}"' for k in TASK_JSON_KEYS) + "}]} (fail_to_pass/"
+            "pass_to_pass: test counts; hidden_tests: the task has a test_patch; available: its tree can be "
+            "had here, else unavailable_reason says why)."
         ),
     ),
 ) -> None:
-    """List the built-in suites, or the tasks of one suite."""
-    from legorl.tasks.loader import builtin_suites, load_suite
+    """List the suites, or the tasks of one suite (SWE-bench suites: every instance, available or not)."""
+    from legorl.errors import LegoRLError
+    from legorl.tasks import swebench
+    from legorl.tasks.loader import builtin_suites, filter_tasks, generated_suites, load_suite
 
-    if suite is None:
-        counts = {name: len(load_suite(name)) for name in builtin_suites()}
-        if as_json:
-            print(
-                json.dumps(
-                    {"suites": [{"name": k, "tasks": n} for k, n in counts.items()], "total": sum(counts.values())},
-                    indent=2,
-                )
+    try:
+        if suite is None:
+            counts = {name: (len(ts), len(ts)) for name in builtin_suites() for ts in [load_suite(name)]}
+            for name in generated_suites():
+                n = len(load_suite(name))
+                counts[name] = (n, n)
+            for name in swebench.SUITES:
+                if swebench.suite_file(name).is_file():
+                    status = swebench.instance_status(
+                        swebench.read_records(name), swebench.default_repo_source(repos_dir)
+                    )
+                    counts[name] = (len(status), sum(st.available for st in status))
+        elif swebench.is_swebench_suite(suite):
+            records = filter_tasks(
+                swebench.read_records(suite), repos=split_list(repos), instances=split_list(instances), origin=suite
             )
+            reasons = {
+                st.instance_id: st.reason
+                for st in swebench.instance_status(records, swebench.default_repo_source(repos_dir))
+            }
+            tasks = records
+        else:
+            tasks = load_suite(suite, repos=split_list(repos), instances=split_list(instances))
+            reasons = {t.instance_id: None if t.source_dir is not None else "no source tree" for t in tasks}
+    except LegoRLError as exc:
+        _fail(exc)
+    if suite is None:
+        if as_json:
+            rows = [{"name": k, "tasks": n, "available": a} for k, (n, a) in counts.items()]
+            print(json.dumps({"suites": rows, "total": sum(n for n, _ in counts.values())}, indent=2))
             return
-        table = Table(title="built-in task suites")
+        table = Table(title="task suites")
         table.add_column("suite")
         table.add_column("tasks", justify="right")
-        for name, n in counts.items():
-            table.add_row(name, str(n))
-        table.add_row("builtin (all)", str(sum(counts.values())))
+        table.add_column("available here", justify="right")
+        for name, (n, a) in counts.items():
+            table.add_row(name, str(n), str(a))
+            if name == builtin_suites()[-1]:
+                n_all = sum(counts[b][0] for b in builtin_suites())
+                table.add_row("builtin (all built-in)", str(n_all), str(n_all))
         console.print(table)
         return
-    tasks = load_suite(suite)
     if as_json:
         rows = [
             {
                 "instance_id": t.instance_id,
                 "tier": t.tier,
                 "repo": t.repo,
+                "version": t.version,
                 "fail_to_pass": len(t.FAIL_TO_PASS),
                 "pass_to_pass": len(t.PASS_TO_PASS),
                 "hidden_tests": bool(t.test_patch.strip()),
                 "source_dir": str(t.source_dir) if t.source_dir is not None else None,
+                "available": reasons[t.instance_id] is None,
+                "unavailable_reason": reasons[t.instance_id],
             }
             for t in tasks
         ]
         print(json.dumps({"suite": suite, "tasks": rows}, indent=2))
         return
-    table = Table(title=f"{suite}: {len(tasks)} tasks")
-    for col in ("task", "tier", "repo", "F2P", "P2P", "hidden tests"):
+    available = sum(r is None for r in reasons.values())
+    table = Table(title=f"{suite}: {len(tasks)} tasks, {available} available here")
+    for col in ("task", "tier", "repo", "F2P", "P2P", "hidden tests", "available"):
         table.add_column(col, no_wrap=col == "task", justify="right" if col in ("F2P", "P2P") else "left")
     for t in tasks:
         table.add_row(
@@ -94,8 +151,12 @@ def list_(
             str(len(t.FAIL_TO_PASS)),
             str(len(t.PASS_TO_PASS)),
             "yes" if t.test_patch.strip() else "no",
+            "yes" if reasons[t.instance_id] is None else "no",
         )
     console.print(table)
+    why = Counter(r for r in reasons.values() if r is not None)
+    for reason, n in why.most_common():
+        console.print(f"unavailable ({n}): {reason}", soft_wrap=True, markup=False)
 
 
 @app.command("check")
@@ -104,6 +165,9 @@ def check(
     backend: str = typer.Option("bwrap", "--backend", help="Sandbox backend: bwrap or podman."),
     workers: int = typer.Option(2, "--workers", min=1, help="Tasks checked in parallel."),
     timeout: float = typer.Option(120, "--timeout", help="Seconds per test run."),
+    repos: list[str] | None = typer.Option(None, "--repos", help=REPOS_HELP),
+    instances: list[str] | None = typer.Option(None, "--instances", help=INSTANCES_HELP),
+    repos_dir: str | None = typer.Option(None, "--repos-dir", help=REPOS_DIR_HELP),
 ) -> None:
     """Validate every task: the gold patch resolves it, the empty patch fails every FAIL_TO_PASS test."""
     from legorl.errors import LegoRLError
@@ -111,7 +175,7 @@ def check(
     from legorl.tasks.loader import load_suite
 
     try:
-        tasks = load_suite(suite)
+        tasks = load_suite(suite, repos=split_list(repos), instances=split_list(instances), repos_dir=repos_dir)
         sandbox_backend = get_backend(backend)
     except LegoRLError as exc:
         _fail(exc)

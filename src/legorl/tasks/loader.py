@@ -33,7 +33,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from legorl.errors import LegoRLError, TaskError
+from legorl.config import RunConfig
+from legorl.errors import ConfigError, LegoRLError, TaskError
 from legorl.sandbox.git import git_argv, host_git_env
 from legorl.settings import legorl_home
 from legorl.tasks.model import Task
@@ -61,10 +62,83 @@ def generated_suites() -> list[str]:
     return list(SUITES)
 
 
-def load_suite(name_or_path: str | Path) -> list[Task]:
+def load_suite(
+    name_or_path: str | Path,
+    *,
+    repos: Iterable[str] = (),
+    instances: Iterable[str] = (),
+    repos_dir: str | Path | None = None,
+) -> list[Task]:
     """Tasks of a built-in suite name (or ``"builtin"``: all of them), a generated suite
-    (``oneline-train``, ``oneline-heldout``), a suite/task directory, or a
-    ``.jsonl``/``.json``/``.parquet`` file."""
+    (``oneline-train``, ``oneline-heldout``), a SWE-bench suite (``swebench-verified``,
+    ``swebench-lite-dev``: :mod:`legorl.tasks.swebench`), a suite/task directory, or a
+    ``.jsonl``/``.json``/``.parquet`` file; only those of ``repos`` (``owner/name``) and ``instances``
+    when given (:func:`filter_tasks`). ``repos_dir``: where SWE-bench suites take repository trees
+    from instead of the shipped bundles (:func:`legorl.tasks.swebench.default_repo_source`)."""
+    from legorl.tasks import swebench
+
+    if swebench.is_swebench_suite(name_or_path):
+        return swebench.load_swebench_suite(
+            str(name_or_path), repos=repos, instances=instances, source=swebench.default_repo_source(repos_dir)
+        )
+    return filter_tasks(_load_unfiltered(name_or_path), repos=repos, instances=instances, origin=str(name_or_path))
+
+
+def filter_tasks(
+    tasks: list[Task], *, repos: Iterable[str] = (), instances: Iterable[str] = (), origin: str = "suite"
+) -> list[Task]:
+    """The tasks of ``repos`` and then, when ``instances`` is given, exactly those (in that order).
+    A repository or an instance id the suite does not hold is an error naming it."""
+    repos, instances = list(repos), list(instances)
+    if repos:
+        known = {t.repo for t in tasks}
+        unknown = [r for r in repos if r not in known]
+        if unknown:
+            raise TaskError(
+                f"{origin}: no tasks of repository {', '.join(unknown)} (it has: {', '.join(sorted(known))})"
+            )
+        tasks = [t for t in tasks if t.repo in set(repos)]
+    if instances:
+        by_id = {t.instance_id: t for t in tasks}
+        unknown = [i for i in instances if i not in by_id]
+        if unknown:
+            scope = f" of {', '.join(repos)}" if repos else ""
+            raise TaskError(f"{origin}: no instance {', '.join(unknown)}{scope}")
+        tasks = [by_id[i] for i in dict.fromkeys(instances)]
+    return tasks
+
+
+def run_tasks(cfg: RunConfig, *, training: bool) -> list[Task]:
+    """The tasks a run config names (``suite``, ``task_repos``, ``task_ids``). ``training``: refuse a
+    suite marked as an evaluation set unless ``allow_eval_suite`` says otherwise."""
+    if training and eval_only_suite(cfg.suite) and not cfg.allow_eval_suite:
+        raise ConfigError(
+            f"suite {cfg.suite} is an evaluation set: training on it makes its scores meaningless. Train on "
+            "another suite and evaluate on this one (the eval section), or set allow_eval_suite: true"
+        )
+    return load_suite(cfg.suite, repos=cfg.task_repos, instances=cfg.task_ids)
+
+
+def eval_only_suite(name_or_path: str | Path) -> bool:
+    """Whether the suite is an evaluation set that training must not use unless told to."""
+    from legorl.tasks import swebench
+
+    return swebench.is_swebench_suite(name_or_path) and swebench.SUITES[str(name_or_path)].eval_only
+
+
+def read_record_file(path: Path) -> list[Task]:
+    """The tasks of a ``.jsonl``/``.json``/``.parquet`` record file (relative ``source_dir`` resolved)."""
+    suffix = path.suffix.lower()
+    if suffix == ".jsonl":
+        return _resolve_sources(_parse_all(_read_jsonl(path), path), path)
+    if suffix == ".json":
+        return _resolve_sources(_parse_all(_read_json(path), path), path)
+    if suffix == ".parquet":
+        return _resolve_sources(_parse_all(_read_parquet(path), path), path)
+    raise TaskError(f"{path}: unsupported task file type {suffix!r} (use .jsonl, .json or .parquet)")
+
+
+def _load_unfiltered(name_or_path: str | Path) -> list[Task]:
     if isinstance(name_or_path, str) and name_or_path in builtin_suites():
         return _load_suite_dir(BUILTIN_SUITES_DIR / name_or_path)
     if isinstance(name_or_path, str) and name_or_path in generated_suites():
@@ -82,16 +156,12 @@ def load_suite(name_or_path: str | Path) -> list[Task]:
             return [load_task_dir(path)]
         return _load_suite_dir(path)
     if path.is_file():
-        suffix = path.suffix.lower()
-        if suffix == ".jsonl":
-            return _resolve_sources(_parse_all(_read_jsonl(path), path), path)
-        if suffix == ".json":
-            return _resolve_sources(_parse_all(_read_json(path), path), path)
-        if suffix == ".parquet":
-            return _resolve_sources(_parse_all(_read_parquet(path), path), path)
-        raise TaskError(f"{path}: unsupported task file type {suffix!r} (use .jsonl, .json or .parquet)")
+        return read_record_file(path)
+    from legorl.tasks.swebench import SUITES
+
+    names = [*builtin_suites(), *generated_suites(), *SUITES]
     raise TaskError(
-        f"no task suite {str(name_or_path)!r}: not a built-in suite ({', '.join(builtin_suites()) or 'none'}) "
+        f"no task suite {str(name_or_path)!r}: not a suite name ({', '.join(names)}) "
         "nor an existing directory or .jsonl/.json/.parquet file"
     )
 
