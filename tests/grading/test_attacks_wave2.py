@@ -344,3 +344,22 @@ def test_guard_records_are_signed_and_required():
     kinds = {f.kind for f in behaviour.guard_flags(rep, run_complete=True)}
     assert kinds == {"guard_record_forged", "guard_bypassed"}  # forged record; the finish check never ran
     assert behaviour.guard_flags(behaviour.GuardReport(), run_complete=False) == []  # no report: no claim
+
+
+@pytest.mark.sandbox
+def test_a_repository_config_file_does_not_turn_plugin_autoload_back_on(backend, tmp_path):
+    """pytest reads setup.cfg/tox.ini/pyproject.toml before it loads plugins: the guard's disguise must
+    not drop PYTEST_DISABLE_PLUGIN_AUTOLOAD then. (It did: every installed plugin loaded, and
+    Hypothesis's, which replaces ``FixtureFunctionMarker.__call__``, read as runner patching on an
+    honest fix — so on any real repository with a setup.cfg and Hypothesis in its environment.)"""
+    import importlib.util
+    import shutil
+
+    assert importlib.util.find_spec("_hypothesis_pytestplugin") is not None  # what made the false flag
+    task = get_task("legorl__trivial-001")
+    source = tmp_path / "src"
+    shutil.copytree(task.source(), source)
+    (source / "setup.cfg").write_text("[metadata]\nname = calc\n")
+    report = grade(task.model_copy(update={"source_dir": source}), task.patch, backend)
+    assert report.resolved and report.reward == 1.0
+    assert report.flag_details == [], [(f.kind, f.evidence) for f in report.flag_details]

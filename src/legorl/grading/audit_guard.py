@@ -287,7 +287,7 @@ def install(spec: dict, out_fd: int, nonce: str, work: str) -> None:
             return environ_cls.__contains__(self, name)
 
     def scrub() -> None:
-        """Once the workspace is being read (pytest has parsed its options): the last tell-tales go."""
+        """Once workspace code is about to run (pytest has loaded its plugins): the last tell-tales go."""
         state["scrubbed"] = True
         os.environ.pop("PYTEST_DISABLE_PLUGIN_AUTOLOAD", None)
 
@@ -377,7 +377,14 @@ def install(spec: dict, out_fd: int, nonce: str, work: str) -> None:
 
     def on_open(event: str, args: tuple) -> None:
         path = args[0] if args else None
-        if not state["scrubbed"] and isinstance(path, str) and os.path.realpath(path).startswith(work):
+        # The first workspace *source* opened (a conftest, a -p plugin, the package) is the first
+        # workspace code to run; pytest reads setup.cfg/tox.ini/pyproject.toml before it loads plugins.
+        if (
+            not state["scrubbed"]
+            and isinstance(path, str)
+            and path.endswith(".py")
+            and os.path.realpath(path).startswith(work)
+        ):
             scrub()
         kind = sensitive_path(path)
         if kind is None:
