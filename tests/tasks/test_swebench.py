@@ -44,6 +44,12 @@ def _bundle(repo: Path, out: Path, commits: list[str]) -> None:
     _git(repo, "bundle", "create", str(out), *(f"refs/tags/base/{c}" for c in commits))
 
 
+def _task(instance_id: str, repo: str, base_commit: str = "") -> Task:
+    return Task(
+        instance_id=instance_id, repo=repo, base_commit=base_commit, patch="", problem_statement="x", FAIL_TO_PASS=["t"]
+    )
+
+
 @pytest.fixture
 def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("LEGORL_HOME", str(tmp_path / "home"))
@@ -61,14 +67,7 @@ def test_bundle_source_exports_a_history_free_tree_and_follows_a_new_bundle(tmp_
     assert source.unavailable("owner/proj", first) is None
     assert "has no tag base/" in (source.unavailable("owner/proj", second) or "")
     assert "not shipped" in (source.unavailable("other/proj", first) or "")
-    task = Task(
-        instance_id="owner__proj-1",
-        repo="owner/proj",
-        base_commit=first,
-        patch="",
-        problem_statement="x",
-        FAIL_TO_PASS=["t"],
-    )
+    task = _task("owner__proj-1", "owner/proj", first)
     tree = swebench.instance_tree(task, source)
     assert (tree / "pkg.py").read_text() == "one\n" and not (tree / ".git").exists()
     assert tree.is_relative_to(home)
@@ -82,14 +81,7 @@ def test_git_source_takes_trees_from_a_directory_of_clones(tmp_path: Path, home:
     clones = tmp_path / "clones"
     first, second = _repo_with_commits(clones / "owner__proj")
     source = swebench.GitRepos(clones)
-    task = Task(
-        instance_id="owner__proj-2",
-        repo="owner/proj",
-        base_commit=first,
-        patch="",
-        problem_statement="x",
-        FAIL_TO_PASS=["t"],
-    )
+    task = _task("owner__proj-2", "owner/proj", first)
     assert source.unavailable("owner/proj", first) is None
     assert (swebench.instance_tree(task, source) / "pkg.py").read_text() == "one\n"
     assert "lacks commit" in (source.unavailable("owner/proj", "0" * 40) or "")
@@ -99,11 +91,7 @@ def test_git_source_takes_trees_from_a_directory_of_clones(tmp_path: Path, home:
 
 
 def _tasks() -> list[Task]:
-    return [
-        Task(instance_id=f"{r.replace('/', '__')}-{i}", repo=r, patch="", problem_statement="x", FAIL_TO_PASS=["t"])
-        for r in ("a/x", "b/y")
-        for i in (1, 2)
-    ]
+    return [_task(f"{r.replace('/', '__')}-{i}", r) for r in ("a/x", "b/y") for i in (1, 2)]
 
 
 def test_filters_keep_a_repository_and_name_what_the_suite_lacks() -> None:

@@ -29,7 +29,7 @@ import re
 import shutil
 import subprocess
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -245,24 +245,34 @@ def materialize_source(base: Path, patch: str, name: str = "task") -> Path:
         raise TaskError(f"base_dir {base}: {exc}") from None
     blob = json.dumps({"format": _SOURCE_FORMAT, "base": content, "patch": patch}, sort_keys=True)
     key = hashlib.sha256(blob.encode()).hexdigest()[:20]
-    root = task_sources_root()
-    dest = root / f"{re.sub(r'[^A-Za-z0-9._-]', '_', name)[:80]}-{key}"
+
+    def fill(tmp: Path) -> None:
+        shutil.copytree(
+            base, tmp, symlinks=True, ignore=shutil.ignore_patterns(".git", "__pycache__", ".pytest_cache", "*.pyc")
+        )
+        reverse_apply(patch, tmp)
+
+    return tree_once(task_sources_root(), f"{name}-{key}", fill)
+
+
+def tree_once(root: Path, name: str, fill: Callable[[Path], None]) -> Path:
+    """``root/<name>`` (name made path-safe), built once: ``fill`` writes a directory that does not
+    exist yet, which is then renamed into place, so concurrent builders never see half a tree and at
+    most waste a build. TaskError when the tree cannot be written."""
+    dest = root / re.sub(r"[^A-Za-z0-9._-]", "_", name)[:100]
     if dest.is_dir():
         return dest
     tmp = root / f".tmp-{dest.name}-{uuid.uuid4().hex[:8]}"
     try:
         root.mkdir(parents=True, exist_ok=True)
-        shutil.copytree(
-            base, tmp, symlinks=True, ignore=shutil.ignore_patterns(".git", "__pycache__", ".pytest_cache", "*.pyc")
-        )
-        reverse_apply(patch, tmp)
+        fill(tmp)
         try:
             os.rename(tmp, dest)
         except OSError:
-            if not dest.is_dir():  # not a concurrent loader that got there first
+            if not dest.is_dir():  # not a concurrent builder that got there first
                 raise
     except OSError as exc:
-        raise TaskError(f"cannot materialise the task repository in {root}: {exc}") from None
+        raise TaskError(f"cannot write the task repository {dest.name} in {root}: {exc}") from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return dest

@@ -321,27 +321,17 @@ def instance_status(tasks: Iterable[Task], source: RepoSource) -> list[InstanceS
 def instance_tree(task: Task, source: RepoSource) -> Path:
     """The history-free tree of ``task`` at its base commit, written once under
     ``$LEGORL_HOME/tasks/sources/swebench``."""
-    root = legorl_home() / "tasks" / "sources" / "swebench"
-    dest = root / f"{re.sub(r'[^A-Za-z0-9._-]', '_', task.instance_id)[:80]}-{task.base_commit[:12]}"
-    if dest.is_dir():
-        return dest
-    tmp = root / f".tmp-{dest.name}-{uuid.uuid4().hex[:8]}"
-    try:
-        tmp.mkdir(parents=True)
+    from legorl.tasks.loader import tree_once
+
+    def fill(tmp: Path) -> None:
+        tmp.mkdir()
         try:
             source.export(task.repo, task.base_commit, tmp)
         except TaskError as exc:
             raise TaskError(f"instance {task.instance_id}: {exc}") from None
-        try:
-            os.rename(tmp, dest)
-        except OSError:
-            if not dest.is_dir():  # not a concurrent loader that got there first
-                raise
-    except OSError as exc:
-        raise TaskError(f"instance {task.instance_id}: cannot write its tree in {root}: {exc}") from None
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return dest
+
+    root = legorl_home() / "tasks" / "sources" / "swebench"
+    return tree_once(root, f"{task.instance_id[:80]}-{task.base_commit[:12]}", fill)
 
 
 def load_swebench_suite(
