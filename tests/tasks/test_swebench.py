@@ -85,6 +85,10 @@ def test_git_source_takes_trees_from_a_directory_of_clones(tmp_path: Path, home:
     assert source.unavailable("owner/proj", first) is None
     assert (swebench.instance_tree(task, source) / "pkg.py").read_text() == "one\n"
     assert "lacks commit" in (source.unavailable("owner/proj", "0" * 40) or "")
+    (clones / "owner__proj" / "pkg.py").write_text("three\n")  # the clone moves on after the mirror was made
+    _git(clones / "owner__proj", "commit", "-qam", "three")
+    third = _git(clones / "owner__proj", "rev-parse", "HEAD")
+    assert source.unavailable("owner/proj", third) is None
     assert "no clone of other/proj" in (source.unavailable("other/proj", first) or "")
     status = swebench.instance_status([task.model_copy(update={"base_commit": "main"})], source)
     assert not status[0].available and "40-hex" in (status[0].reason or "")

@@ -251,11 +251,15 @@ class GitRepos(_MirroredRepos):
     def unavailable(self, repo: str, commit: str) -> str | None:
         if self._origin(repo) is None:
             return f"no clone of {repo} in {self.location}"
-        try:
-            _git(["cat-file", "-e", f"{commit}^{{commit}}"], self.mirror(repo), repo)
-        except TaskError:
-            return f"the clone of {repo} at {self._origin(repo)} lacks commit {commit}"
-        return None
+        mirror = self.mirror(repo)
+        for attempt in range(2):
+            try:
+                _git(["cat-file", "-e", f"{commit}^{{commit}}"], mirror, repo)
+                return None
+            except TaskError:
+                if attempt == 0:  # the clone may have gained commits since the mirror was made
+                    self._fill(repo, mirror)
+        return f"the clone of {repo} at {self._origin(repo)} lacks commit {commit}"
 
 
 @cache
