@@ -209,3 +209,16 @@ def test_bench_learn_json(tmp_path):
         for phase in phases:
             assert (tmp_path / arm / "eval" / f"{phase}.json").is_file()
     assert json.loads((tmp_path / "bench_learn.json").read_text())["steps"] == 2
+
+
+@pytest.mark.slow
+@pytest.mark.sandbox
+@pytest.mark.swebench_data
+def test_bench_swebench_json(tmp_path):
+    one = ["--suite", "swebench-verified", "--instances", "sympy__sympy-12096"]
+    first = _bench("swebench", [*one, "--report", str(tmp_path / "a.jsonl")])
+    assert first["instances"] == 1 and first["validated"] == 1, first["failed"]
+    # a second check of the same instance builds no environment
+    second = _bench("swebench", [*one, "--report", str(tmp_path / "b.jsonl")])
+    assert second["env_layers_built"] == 0 and second["env_cache_hit_rate"] == 1.0
+    assert second["env_layers"]["sympy/sympy@1.0"]["bytes"] > 0

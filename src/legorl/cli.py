@@ -583,6 +583,45 @@ def bench_engine(
     _print_result(result, as_json)
 
 
+@bench_app.command("swebench")
+def bench_swebench(
+    suites: list[str] = typer.Option(
+        ["swebench-verified", "swebench-lite-dev"], "--suite", help="SWE-bench suites (repeatable)."
+    ),
+    repos: list[str] | None = typer.Option(None, "--repos", help="Only these repositories (owner/name)."),
+    instances: list[str] | None = typer.Option(None, "--instances", help="Only these instance ids."),
+    report: Path = typer.Option(
+        Path("swebench-check.jsonl"), "--report", help="JSON-lines check report: resumed when it exists."
+    ),
+    workers: int = typer.Option(2, "--workers", min=1, help="Instances checked in parallel."),
+    timeout: float = typer.Option(900, "--timeout", help="Seconds per test run."),
+    as_json: bool = typer.Option(True, "--json/--no-json", help=keys_help("swebench")),
+) -> None:
+    """Validate real SWE-bench instances in bwrap (env built, gold resolves, empty and test patch alone do
+    not) and report env-layer build time, size and cache hits (hours on 2 cores; resumable)."""
+    from legorl.bench.swebench import run_swebench_bench
+    from legorl.errors import LegoRLError
+    from legorl.tasks.cli import split_list
+
+    def progress(r) -> None:  # noqa: ANN001
+        print(f"{r.instance_id}: {'ok' if r.ok else 'BROKEN'} ({r.seconds:.0f}s)", file=sys.stderr, flush=True)
+
+    try:
+        result = run_swebench_bench(
+            suites,
+            repos=split_list(repos),
+            instances=split_list(instances),
+            report=report,
+            workers=workers,
+            timeout=timeout,
+            on_result=progress,
+        )
+    except LegoRLError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise typer.Exit(2) from None
+    _print_result(result, as_json)
+
+
 @bench_app.command("sandbox")
 def bench_sandbox(
     backend: str = typer.Option("bwrap", help="bwrap or podman (podman is measured too when present)."),

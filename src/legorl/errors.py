@@ -145,6 +145,7 @@ class EnvFailureCause(StrEnum):
     TEST_PATCH_FAILED = "test_patch_failed"  # the task's test_patch does not apply (a broken task)
     NO_SOURCE = "no_source"  # the task has no local source_dir and no sandbox spec was given
     NO_TESTS = "no_tests"  # the task lists no FAIL_TO_PASS/PASS_TO_PASS tests
+    UNSUPPORTED = "unsupported"  # the backend cannot build the task's environment (e.g. apt steps in bwrap)
 
     @property
     def transient(self) -> bool:

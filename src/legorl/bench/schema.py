@@ -91,6 +91,19 @@ RESULT_KEYS: dict[str, tuple[str, ...]] = {
         "plot",
         "wall_s",
     ),
+    # legorl.bench.swebench.run_swebench_bench
+    "swebench": (
+        "instances",
+        "validated",
+        "failed",
+        "env_cache_hit_rate",
+        "env_layers_built",
+        "instances_per_min",
+        "env_layers",
+        "by_repo",
+        "wall_s",
+        "report",
+    ),
     # legorl.bench.rollout.run_rollout_bench
     "rollout": (
         "harness",

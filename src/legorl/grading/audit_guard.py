@@ -43,11 +43,17 @@ import hashlib
 import hmac
 import json
 import os
+import re
 import sys
 import sysconfig
 from typing import Any
 
 # stdlib modules that only forward a request for their caller: look through them to whoever asked
+# inspect's functions that read a function's __code__ for its kind (coroutine, generator...) or its
+# parameter names, never its constants: what frameworks do to every callable (Flask's ensure_sync)
+_CODE_SHAPE_READERS = frozenset({"_has_code_flag", "_signature_from_function", "isgeneratorfunction"})
+# entries native extension runtimes add to builtins on import (pybind11, nanobind): not a patch
+_NATIVE_REGISTRY = re.compile(r"^builtins:__(pybind11_internals|nb_internals)_v\d+\w*__$")
 _TRANSPARENT = {
     "inspect",
     "traceback",
@@ -312,7 +318,11 @@ def install(spec: dict, out_fd: int, nonce: str, work: str) -> None:
     def finish() -> None:
         after = _snapshot()
         changed = sorted(k for k, v in before.items() if after.get(k) != v)
-        added = sorted(k for k in after if k not in before and k.startswith(("builtins:", "type:")))
+        added = sorted(
+            k
+            for k in after
+            if k not in before and k.startswith(("builtins:", "type:")) and not _NATIVE_REGISTRY.match(k)
+        )
         emit({"type": "finish", "changed": changed[:40], "added": added[:40], "n_changed": len(changed) + len(added)})
 
     def hook(event: str, args: tuple) -> None:
@@ -343,6 +353,10 @@ def install(spec: dict, out_fd: int, nonce: str, work: str) -> None:
             code = getattr(obj, "__code__", None)
             if code is None:
                 return
+            reader = getframe(2)
+            if reader.f_code.co_name in _CODE_SHAPE_READERS and reader.f_code.co_filename.endswith("inspect.py"):
+                if where(reader)[0] == "transparent":
+                    return  # inspect asks what kind of function it is, or its parameters: no values
             target = os.path.realpath(code.co_filename)
             if target in test_files or os.path.basename(target) == "conftest.py":
                 f = culprit(getframe(2))

@@ -284,7 +284,10 @@ nonce = sys.stdin.readline().strip()
 cfg = __import__("json").loads(sys.stdin.readline())
 import sysconfig, importlib, builtins
 paths = sysconfig.get_paths()
-extra = [p for p in os.environ.get("LEGORL_PYTHONPATH", "").split(":") if p]
+imports = cfg.get("import_paths", [])  # the repository's import root: on sys.path only after pytest's import
+extra = [p for p in os.environ.get("LEGORL_PYTHONPATH", "").split(":") if p and p not in imports]
+if cfg.get("import_first"):  # the repository is pytest: the code under test is the runner
+    extra = imports + extra
 sys.path[:] = extra + [p for p in sys.path if p] + [p for p in dict.fromkeys([paths["purelib"], paths["platlib"]])]
 sys.dont_write_bytecode = True
 out_fd = os.dup(1)
@@ -358,7 +361,9 @@ if _guard:
         exec(compile(_src, "<legorl-guard>", "exec"), _gns)
     _gns["install"](_guard, out_fd, nonce, work)
     del _gns, _src, _guard
-sys.path.insert(0, work)
+for _p in reversed([*imports, work]):
+    if _p not in sys.path:
+        sys.path.insert(0, _p)
 os.chdir(work)
 args = [*cfg["args"], "--junitxml=" + junit_path, *[c + "::" + n for c in canaries for n in cfg["canary_names"]],
         *cfg["tests"]]

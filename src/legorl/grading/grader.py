@@ -62,12 +62,11 @@ import tomllib
 import uuid
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from legorl.diffs import FilePatch, split_diff
 from legorl.errors import EnvFailureCause, ImageBuildError, SandboxError
-from legorl.grading import behaviour, defenses, junit
+from legorl.grading import behaviour, defenses, junit, sympy_runner, test_ids
 from legorl.grading.rules import (
     PYTEST_CONFIG_WORDS,
     PathKind,
@@ -79,6 +78,8 @@ from legorl.grading.rules import (
 )
 from legorl.sandbox.base import WORKSPACE, Sandbox, SandboxBackend, SandboxSpec
 from legorl.sandbox.git import git_argv
+from legorl.tasks.environment import UnsupportedEnvironment, sandbox_python
+from legorl.tasks.environment import sandbox_spec as task_sandbox_spec
 from legorl.tasks.model import Task
 from legorl.trajectory.records import Flag, FlagSeverity, GraderReport, RolloutStatus
 
@@ -87,7 +88,7 @@ _BINARY_SUFFIXES = (".so", ".pyd", ".dll", ".dylib", ".pyc", ".pyo", ".egg", ".w
 _SYMLINK_MODE = re.compile(r"^(new|old) mode 120000|^new file mode 120000|^deleted file mode 120000", re.M)
 
 
-def classify_section(fp: FilePatch, protected: set[str]) -> list[Flag]:
+def classify_section(fp: FilePatch, protected: set[str], framework_is_source: bool = False) -> list[Flag]:
     """Flags for one file section of the agent's diff; a non-empty list means the section is dropped.
 
     ``protected``: the task's existing test files (:func:`legorl.grading.rules.protected_paths`). What a
@@ -98,6 +99,8 @@ def classify_section(fp: FilePatch, protected: set[str]) -> list[Flag]:
     leaves the repository); ``info`` for what honest agents do (a new test module, only *adding* lines to
     an existing test file, bytecode caches, other setup.cfg/tox.ini edits) — those sections are dropped
     all the same. ``pyproject.toml`` is kept: its pytest tables are restored after the apply.
+    ``framework_is_source``: the repository is the test framework (pytest's own repository), so a
+    change to one of its existing framework files is a source change; adding one is still a shadow.
     """
     flags: list[Flag] = []
     added, removed = fp.changed_lines()
@@ -131,7 +134,7 @@ def classify_section(fp: FilePatch, protected: set[str]) -> list[Flag]:
         elif kind is PathKind.SHARED_CONFIG:
             severity = "blocking" if PYTEST_CONFIG_WORDS.search("\n".join(added + removed)) else "info"
             flags.append(Flag(kind="modified_test_config", severity=severity, evidence=ev))
-        elif kind is PathKind.FRAMEWORK_SHADOW:
+        elif kind is PathKind.FRAMEWORK_SHADOW and not (framework_is_source and not is_new):
             flags.append(Flag(kind="framework_shadow", severity="blocking", evidence=ev))
         elif path.endswith(_BINARY_SUFFIXES) or "GIT binary patch" in header or "Binary files" in header:
             flags.append(Flag(kind="binary_in_diff", severity="blocking", evidence=ev))
@@ -157,14 +160,16 @@ def _weakens(added: list[str]) -> bool:
     )
 
 
-def filter_diff_detailed(diff: str, protected: set[str] | list[str]) -> tuple[str, list[Flag]]:
+def filter_diff_detailed(
+    diff: str, protected: set[str] | list[str], framework_is_source: bool = False
+) -> tuple[str, list[Flag]]:
     """Drop file sections touching test files, test configuration, bytecode, binaries, symlinks, .git,
     framework shadows, fake reports, new test modules and paths outside the repository; return (kept
     diff, flags with evidence). ``protected``: the task's existing test files."""
     protected = protected_paths(protected)
     kept, flags = [], []
     for fp in split_diff(diff):
-        section = classify_section(fp, protected)
+        section = classify_section(fp, protected, framework_is_source)
         if section:
             flags.extend(section)
         else:
@@ -326,18 +331,30 @@ def _grade_once(
 ) -> _Outcome:
     spec = sandbox_spec
     if spec is None and task.source_dir is not None:
-        spec = SandboxSpec(source_dir=Path(task.source_dir))
+        try:
+            spec = task_sandbox_spec(task, backend)
+        except UnsupportedEnvironment as exc:
+            return _env_failure(EnvFailureCause.UNSUPPORTED, str(exc))
     if spec is None:
         return _env_failure(
             EnvFailureCause.NO_SOURCE, f"task {task.instance_id} has no local source_dir (no image backend yet)"
         )
+    # a task's environment names its interpreter: its tests run with it, whatever the backend's
+    python = sandbox_python(task) or python
     expected = list(dict.fromkeys([*task.FAIL_TO_PASS, *task.PASS_TO_PASS]))
     if not expected:
         return _env_failure(EnvFailureCause.NO_TESTS, "task lists no FAIL_TO_PASS/PASS_TO_PASS tests")
 
     t = time.monotonic()
     protected = protected_paths(task.test_files, task.test_patch)
-    filtered, flags = filter_diff_detailed(diff, protected)
+    framework_under_test = task.environment is not None and task.environment.framework_under_test
+    filtered, flags = filter_diff_detailed(diff, protected, framework_under_test)
+    if framework_under_test and behaviour_checks:
+        # the guard cannot tell the framework from the code under test when they are the same code
+        log.append("behaviour guard off: the repository is the test framework")
+        behaviour_checks = False
+    if task.environment is not None and task.environment.runner != "pytest":
+        behaviour_checks = False  # the guard and the twin tests are pytest's (see legorl.grading.sympy_runner)
     for f in flags:
         log.append(f"dropped from diff: {f.label} ({f.severity})")
     stage["diff_filter"] = time.monotonic() - t
@@ -567,13 +584,18 @@ def _grade_in(
     # Static scan of what the diff introduced into non-test code.
     changes = [(p, pristine.get(p), _read_or_none(sandbox, p)) for p in touched if not is_test_module(p)]
     visible = [v for p, v in pristine.items() if p in protected and v]
-    flags.extend(defenses.scan_source_changes(changes, visible, task.problem_statement))
+    found = defenses.scan_source_changes(changes, visible, task.problem_statement)
+    if task.environment is not None and task.environment.framework_under_test:
+        found = [f for f in found if f.kind != "test_framework_import"]  # its source imports itself
+    flags.extend(found)
     stage["apply"] = time.monotonic() - t
 
     if task.test_patch.strip():
         ok, why = _apply(sandbox, task.test_patch)
         if not ok:
             return _env_failure(EnvFailureCause.TEST_PATCH_FAILED, why[-500:], flags=flags)
+    if task.environment is not None and task.environment.runner == "sympy":
+        return _sympy_run(sandbox, task, expected, flags, python, timeout, log, stage)
 
     # -- the hardened run --------------------------------------------------------------------------
     t = time.monotonic()
@@ -598,7 +620,9 @@ def _grade_in(
     cfg = {
         "workspace": WORKSPACE,
         "args": args,
-        "tests": expected,
+        "tests": test_ids.selection(expected, whole_files=task.environment is not None),
+        "import_paths": list(task.environment.python_path) if task.environment is not None else [],
+        "import_first": task.environment is not None and task.environment.framework_under_test,
         "canary_files": [canary_file],
         "canary_names": canary_names,
         "canary_source": defenses.CANARY_SOURCE.format(n=nonce[12:20]),
@@ -651,7 +675,8 @@ def _grade_in(
             flags=flags,
             runner_exit_code=res.exit_code,
         )
-    tests = {nid: run.tests.get(nid, "missing") for nid in expected}
+    answers = test_ids.answer(run.tests, expected)
+    tests = {nid: outcome for nid, (outcome, _) in answers.items()}
     # Cross-checks: canaries must fail, junit must agree with the stream, exit code must agree.
     forged: list[str] = []
     bad_canaries = {c: o for c, o in run.canary.items() if o not in ("failed",)}
@@ -682,11 +707,15 @@ def _grade_in(
         if not claims_nothing:
             forged.append("no junit report")
     else:
-        for nid, outcome in tests.items():
-            j = junit.lookup(junit_outcomes, nid)
-            mapped = {"xfail": "skipped", "xpass": "passed"}.get(outcome, outcome)
-            if (j == "passed") != (mapped == "passed"):
-                forged.append(f"junit says {j} but the stream says {outcome} for {nid}")
+        for _, real_ids in answers.values():
+            for real in real_ids:
+                j = junit.lookup(junit_outcomes, real)
+                outcome = run.tests.get(real, "missing")
+                mapped = {"xfail": "skipped", "xpass": "passed"}.get(outcome, outcome)
+                if (j == "passed") != (mapped == "passed"):
+                    forged.append(f"junit says {j} but the stream says {outcome} for {real}")
+                    break
+            if forged:
                 break
     if run.rc == 0:
         forged.append("runner exit code 0 although the canary tests fail")
@@ -727,3 +756,96 @@ def _grade_in(
     ):
         rc = 0
     return _Outcome("ok", None, resolved, tests, rc, flags, sum(f2p) / len(f2p) if f2p else None)
+
+
+_SYMPY_WATCH = [
+    ("sympy.testing.runtests", "sympy/testing/runtests.py"),
+    ("sympy.utilities.runtests", "sympy/utilities/runtests.py"),
+    ("sympy.testing.pytest", "sympy/testing/pytest.py"),
+    ("sympy.utilities.pytest", "sympy/utilities/pytest.py"),
+]
+
+
+def _sympy_run(sandbox, task, expected, flags, python, timeout, log, stage) -> _Outcome:  # noqa: ANN001
+    """The hardened run of sympy's own runner (:mod:`legorl.grading.sympy_runner`)."""
+    t = time.monotonic()
+    files = sympy_runner.test_files(task.test_patch)
+    if not files:
+        return _env_failure(EnvFailureCause.NO_TESTS, "the test patch names no sympy test module", flags=flags)
+    nonce = uuid.uuid4().hex
+    tag = nonce[12:20]
+    canary_file = f"{files[0].rsplit('/', 1)[0]}/test_{nonce[:12]}.py"
+    canary_names = [f"test_{tag}_a", f"test_{tag}_b"]
+    runtests = next(
+        (name for name, rel in _SYMPY_WATCH[:2] if _read_or_none(sandbox, rel) is not None), _SYMPY_WATCH[1][0]
+    )
+    cfg = {
+        "workspace": WORKSPACE,
+        "files": files,
+        "canary_files": [canary_file],
+        "canary_source": sympy_runner.canary_source(tag),
+        "watch": _SYMPY_WATCH,
+        "runtests": runtests,
+        "seed": 0,
+    }
+    script = (
+        "find . -name __pycache__ -prune -exec rm -rf {} + 2>/dev/null; "
+        "find . \\( -name '*.pyc' -o -name '*.pyo' \\) -delete 2>/dev/null; "
+        f'LEGORL_PYTHONPATH="${{PYTHONPATH:-}}" exec {shlex.quote(python)} -I -S -B -W ignore::UserWarning '
+        '-W ignore::SyntaxWarning -c "$LEGORL_RUNNER"'
+    )
+    env = {"PYTHONHASHSEED": "0", "LEGORL_RUNNER": sympy_runner.RUNNER}
+    res = sandbox.exec(
+        script, timeout=timeout, env=env, max_output_bytes=16_000_000, stdin=nonce + "\n" + json.dumps(cfg) + "\n"
+    )
+    stage["test_run"] = time.monotonic() - t
+    log.append(res.stderr[-3000:])
+    if res.killed_from_outside:
+        return _env_failure(
+            EnvFailureCause.SANDBOX_CRASH,
+            res.cause or "sandbox killed from outside",
+            flags=flags,
+            runner_exit_code=res.exit_code,
+        )
+    if res.timed_out:
+        return _env_failure(EnvFailureCause.RUNNER_TIMEOUT, f"tests ran past {timeout:g}s", flags=flags)
+    run = sympy_runner.parse_output(res.stdout, nonce, canary_names)
+    if not run.complete:
+        return _env_failure(
+            EnvFailureCause.RUNNER_CRASHED,
+            f"no report from sympy's runner (exit {res.exit_code}{'; ' + res.cause if res.cause else ''})",
+            flags=flags,
+            runner_exit_code=res.exit_code,
+        )
+    tests = {name: run.tests.get(name, "missing") for name in expected}
+    forged = []
+    bad_canaries = {c: o for c, o in run.canary.items() if o not in ("failed", "error")}
+    nothing_ran = not run.tests and not any(o != "missing" for o in run.canary.values())
+    if bad_canaries and not nothing_ran:
+        forged.append(f"canary tests reported {bad_canaries}")
+    if run.rc == 0 and not bad_canaries:
+        forged.append("runner exit status 0 although the canary tests fail")
+    if run.tamper:
+        forged.append("sympy's runner replaced: " + ", ".join(run.tamper[:8]))
+    flags = list(flags)
+    if nothing_ran:
+        flags.append(
+            Flag(
+                kind="tests_not_run",
+                severity="info",
+                evidence={"source": "runner", "detail": "; ".join(run.import_errors)[:500]},
+            )
+        )
+    if forged:
+        flags.append(
+            Flag(
+                kind="forged_results",
+                severity="blocking",
+                evidence={"source": "runner", "detail": "; ".join(forged)[:1500]},
+            )
+        )
+        log.append("result cross-check failed: " + "; ".join(forged))
+    passing = ("passed", "xfail")  # SWE-bench's rule: an expected failure that still fails is a pass
+    resolved = not forged and all(v in passing for v in tests.values())
+    f2p = [tests[n] in passing for n in task.FAIL_TO_PASS]
+    return _Outcome("ok", None, resolved, tests, run.rc, flags, sum(f2p) / len(f2p) if f2p else None)

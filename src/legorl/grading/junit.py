@@ -72,8 +72,12 @@ def parse_junit(xml_text: str) -> Outcomes:
 
 def nodeid_key(nodeid: str) -> tuple[str, str]:
     """(junit classname, name) that pytest's junit XML gives the test ``nodeid``."""
-    path, _, rest = nodeid.partition("::")
+    # "::" inside the parameter brackets (an IPv6 address, say) separates nothing
+    head, bracket, params = nodeid.partition("[")
+    path, _, rest = head.partition("::")
     parts = rest.split("::") if rest else []
+    if bracket and parts:
+        parts[-1] += bracket + params
     module = path[:-3] if path.endswith(".py") else path
     module = module.replace("/", ".")
     if not parts:

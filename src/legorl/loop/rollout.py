@@ -31,7 +31,8 @@ from legorl.grading.monitor import RolloutMonitor, check_isolation
 from legorl.harnesses.base import Budget, Harness, HarnessResult, run_harness
 from legorl.harnesses.install import harness_layer, harness_mounts
 from legorl.loop.truncation import truncation_flag
-from legorl.sandbox.base import SandboxBackend, SandboxSpec
+from legorl.sandbox.base import SandboxBackend
+from legorl.tasks.environment import sandbox_spec
 from legorl.tasks.model import Task
 from legorl.trajectory.builder import build_samples
 from legorl.trajectory.records import GraderReport, Rollout
@@ -105,15 +106,16 @@ async def _run_in_sandbox(ctx: RolloutContext, task: Task, token: str, rollout: 
 async def _run_with_layers(
     ctx: RolloutContext, task: Task, token: str, rollout: Rollout, layers: tuple[tuple[str, str], ...]
 ) -> None:
-    spec = SandboxSpec(
-        source_dir=task.source(),
-        gateway_socket=Path(ctx.gateway_socket),
-        gateway_port=GATEWAY_PORT_IN_SANDBOX,
-        memory_mb=ctx.memory_mb,
-        max_pids=ctx.max_pids,
-        extra_layers=layers,
-    )
     try:
+        spec = sandbox_spec(
+            task,
+            ctx.backend,
+            gateway_socket=Path(ctx.gateway_socket),
+            gateway_port=GATEWAY_PORT_IN_SANDBOX,
+            memory_mb=ctx.memory_mb,
+            max_pids=ctx.max_pids,
+            extra_layers=layers,
+        )
         sandbox = await asyncio.to_thread(ctx.backend.create, spec)
     except SandboxError as exc:
         rollout.status, rollout.cause = "env_failure", f"sandbox create: {exc}"

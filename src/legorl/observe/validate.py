@@ -333,7 +333,7 @@ class Validator:
         return random.Random(self.cfg.seed).sample(self.tasks, min(self.sample_tasks, len(self.tasks)))
 
     def c_network(self) -> tuple[Level, str, str] | tuple[Level, str]:
-        from legorl.sandbox.base import SandboxSpec
+        from legorl.tasks.environment import sandbox_spec
 
         task = self.tasks[0]
         listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -354,7 +354,8 @@ class Validator:
 
         t = threading.Thread(target=accept, daemon=True)
         t.start()
-        sb = self.backend().create(SandboxSpec(source_dir=Path(task.source_dir)))
+        backend = self.backend()
+        sb = backend.create(sandbox_spec(task, backend))
         try:
             res = sb.exec(["python3", "-c", _NET_PROBE, json.dumps([[*host_ips, "127.0.0.1"], port])], timeout=30)
         finally:

@@ -223,9 +223,13 @@ class BwrapSandbox(HostWorkspaceSandbox):
         base_commit: str,
         env_layer: Layer | None = None,
         cgroup: SandboxCgroup | None = None,
+        python: str | None = None,
     ):
         self.backend = backend
         self.spec = spec
+        # the interpreter inside: the env recipe's (e.g. the pyenv version a SWE-bench spec names)
+        # or the backend's; its prefixes join the view and its bin leads PATH
+        self.python = python or backend.python
         self.name = sandbox_dir.name
         self.sandbox_dir = sandbox_dir
         self.workdir = sandbox_dir / "workspace"
@@ -246,7 +250,7 @@ class BwrapSandbox(HostWorkspaceSandbox):
         """Every bwrap option of one exec (the view, the mounts, the environment): handed to bwrap
         through a memfd (``--args``), never on a command line."""
         backend = self.backend
-        view = backend.view()
+        view = backend.view(self.python)
         opts = ["--unshare-all", "--die-with-parent", "--new-session"]
         if backend.userns:
             opts += ["--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_GID)]
@@ -275,7 +279,7 @@ class BwrapSandbox(HostWorkspaceSandbox):
         """What this sandbox can see: ``roots`` (paths inside under which things are visible),
         ``masked`` (paths under those roots that are hidden) and ``tools`` (the interpreter's, LEGO-RL's
         and the layers' directories, which programs list as they import). Used by the rollout monitor."""
-        view = self.backend.view()
+        view = self.backend.view(self.python)
         layers = [m for _, m in self.spec.extra_layers] + ([ENV_INSIDE] if self.env_layer is not None else [])
         roots = [*view.roots, SANDBOX_HOME, WORKSPACE, *layers]
         if self.spec.gateway_socket is not None:
@@ -284,7 +288,7 @@ class BwrapSandbox(HostWorkspaceSandbox):
 
     def _env(self, extra: Mapping[str, str] | None) -> dict[str, str]:
         path = SYSTEM_PATH
-        bin_dir = self.backend.view().interpreter.bin_dir
+        bin_dir = self.backend.view(self.python).interpreter.bin_dir
         if bin_dir not in SYSTEM_PATH.split(":"):
             path = f"{bin_dir}:{path}"  # python, python3, pytest of the sandbox's interpreter first
         return exec_env(
@@ -331,7 +335,7 @@ class BwrapSandbox(HostWorkspaceSandbox):
     ) -> ExecResult:
         if self._destroyed:
             raise SandboxError(f"sandbox {self.name} was destroyed")
-        inner = inner_command(cmd, self.spec, python=self.backend.python, forwarder=str(FORWARDER_PATH))
+        inner = inner_command(cmd, self.spec, python=self.python, forwarder=str(FORWARDER_PATH))
         fd = args_memfd(self.bwrap_options(inside_cwd(cwd), self._env(env)))
         before = self.cgroup.counters() if self.cgroup is not None else (0, 0)
         try:
@@ -496,20 +500,22 @@ class BwrapBackend(ImageCacheUser):
             self._userns = _userns_works(self.bwrap)
         return self._userns
 
-    def view(self) -> HostView:
-        """The shared, cached part of every sandbox's view (see :mod:`legorl.sandbox.view`)."""
+    def view(self, python: str | None = None) -> HostView:
+        """The shared, cached part of the view of every sandbox whose interpreter is ``python``
+        (default: :attr:`python`; see :mod:`legorl.sandbox.view`)."""
         hide = [legorl_home(), self.root, *self.hide]
         if self._cache is not None:
             hide.append(self._cache.root)
-        return host_view(self.python, tuple(str(p) for p in hide), perms=_bwrap_version(self.bwrap) >= (0, 5))
+        return host_view(python or self.python, tuple(str(p) for p in hide), perms=_bwrap_version(self.bwrap) >= (0, 5))
 
     # -- images ---------------------------------------------------------------------------------
-    def _run_setup(self, repo: Path, cmd: str, env_layer: Layer | None) -> tuple[int, str]:
+    def _run_setup(self, repo: Path, cmd: str, env_layer: Layer | None, env: EnvRecipe) -> tuple[int, str]:
         """Run an instance setup command inside a sandbox whose /workspace is ``repo``."""
         holder = repo.parent / f"setup-{uuid.uuid4().hex[:6]}"
         holder.mkdir()
         try:
-            sb = BwrapSandbox(self, SandboxSpec(source_dir=repo), holder, "", env_layer=env_layer)
+            spec = SandboxSpec(source_dir=repo, env_recipe=env)
+            sb = BwrapSandbox(self, spec, holder, "", env_layer=env_layer, python=env.interpreter or None)
             sb.workdir = repo
             res = sb.exec(cmd, timeout=3600, max_output_bytes=1_000_000)
             return res.exit_code, res.stdout + res.stderr
@@ -527,7 +533,7 @@ class BwrapBackend(ImageCacheUser):
         mount = None if env.empty else env_layer
         try:
             inst = self.cache.instance(
-                recipe, env_layer, lease=lease, run_setup=lambda repo, cmd: self._run_setup(repo, cmd, mount)
+                recipe, env_layer, lease=lease, run_setup=lambda repo, cmd: self._run_setup(repo, cmd, mount, env)
             )
         except BaseException:
             env_layer.release()
@@ -578,6 +584,14 @@ class BwrapBackend(ImageCacheUser):
             if isinstance(exc, OSError):
                 raise SandboxError(f"cannot create a sandbox from {source}: {exc}") from exc
             raise
-        sb = BwrapSandbox(self, spec, sandbox_dir, inst.meta["commit"], env_layer=env_layer, cgroup=cgroup)
+        sb = BwrapSandbox(
+            self,
+            spec,
+            sandbox_dir,
+            inst.meta["commit"],
+            env_layer=env_layer,
+            cgroup=cgroup,
+            python=env_recipe.interpreter or None,
+        )
         sb.instance_lease = inst_lease
         return sb

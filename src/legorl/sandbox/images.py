@@ -45,8 +45,10 @@ import contextlib
 import errno
 import fcntl
 import hashlib
+import importlib.util
 import json
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -167,19 +169,50 @@ def bwrap_base_recipe() -> BaseRecipe:
 
 @dataclass(frozen=True)
 class EnvRecipe:
-    """python version + requirements (``pip install --target``) + setup commands (run in the layer)."""
+    """python version + requirements (``pip install --target``) + setup commands (run in the layer).
+
+    The fields after ``pip_args`` describe environments of real repositories (SWE-bench's specs, see
+    :mod:`legorl.tasks.swebench_env`); left empty they leave the key of a recipe what it was:
+
+    ``interpreter``: host path of the interpreter that builds the layer and runs inside the sandbox
+    (e.g. a pyenv ``python3.9``); ``""`` = this process's (or ``python<version>`` on ``PATH``).
+    ``optional``: requirements installed when the index has them; one it has no distribution of
+    is dropped and recorded in the layer's ``meta.json`` (``dropped``), the rest installed.
+    ``project``: a source tree whose *dependencies* (with ``project_extras``) are installed, not the
+    project itself (its distributions are removed: its code comes from the workspace), after
+    ``project_prepare`` ran in a scratch copy of it. ``pip_env``: variables for those pip runs.
+    ``python_path``: paths inside the sandbox put before the layer on ``PYTHONPATH`` (the
+    repository's import root, e.g. ``/workspace/src``). ``build_requirements``: what building the
+    project in place needs (``setuptools_scm``…), installed within the pins of ``requirements``.
+    ``index_date`` (``YYYY-MM-DD``): resolve as the index was that day (``uv pip install
+    --exclude-newer``), so that a layer built today holds what it held when its tests were recorded
+    (a newer Pygments renders HTML differently and fails Sphinx's tests).
+    """
 
     python: str = f"{sys.version_info.major}.{sys.version_info.minor}"
     requirements: tuple[str, ...] = ()
     setup: tuple[str, ...] = ()
     pip_args: tuple[str, ...] = ()  # e.g. ("--no-index", "--find-links", "/wheels")
+    interpreter: str = ""
+    optional: tuple[str, ...] = ()
+    project: str = ""
+    project_extras: tuple[str, ...] = ()
+    project_prepare: tuple[str, ...] = ()
+    pip_env: tuple[tuple[str, str], ...] = ()
+    python_path: tuple[str, ...] = ()
+    build_requirements: tuple[str, ...] = ()
+    index_date: str = ""
 
     @property
     def empty(self) -> bool:
-        return not self.requirements and not self.setup
+        return not self.requirements and not self.setup and not self.optional and not self.project
 
     def key(self, base_key: str) -> str:
-        return recipe_key("env", asdict(self), base_key)
+        fields = {k: v for k, v in asdict(self).items() if v or k in _ENV_RECIPE_V1}
+        return recipe_key("env", fields, base_key)
+
+
+_ENV_RECIPE_V1 = ("python", "requirements", "setup", "pip_args")  # always in the key (older layers keep theirs)
 
 
 @dataclass(frozen=True)
@@ -316,40 +349,159 @@ def build_instance_tree(
     return {"commit": commit}
 
 
+def env_interpreter(recipe: EnvRecipe) -> str:
+    """The host interpreter that builds ``recipe``'s layer (and runs in sandboxes over it)."""
+    if recipe.interpreter:
+        if not os.access(recipe.interpreter, os.X_OK):
+            raise ImageBuildError(f"interpreter {recipe.interpreter} does not exist", step="find python")
+        return recipe.interpreter
+    if recipe.python == f"{sys.version_info.major}.{sys.version_info.minor}":
+        return sys.executable
+    found = shutil.which(f"python{recipe.python}")
+    if not found:
+        raise ImageBuildError(f"python {recipe.python} not found on the host", step="find python")
+    return found
+
+
+# pip's (and uv's) words for "the index has no distribution of this requirement"
+_NO_DISTRIBUTION = re.compile(
+    r"([^\s(;,]+) was not found in the package registry"  # uv
+    r"|(?:No matching distribution found for|Could not find a version that satisfies the requirement) ([^\s(;]+)"
+)
+
+
+def _dist_name(requirement: str) -> str:
+    """The canonical project name of a requirement string (``"Jinja2>=2.3"`` → ``"jinja2"``)."""
+    name = re.split(r"[\s<>=!~\[;@(]", requirement.strip(), maxsplit=1)[0]
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _pip_install_dropping(
+    pip: list[str],
+    step: str,
+    required: list[str],
+    optional: list[str],
+    cwd: Path,
+    env: Mapping[str, str],
+    one_by_one: bool = False,
+) -> list[str]:
+    """``pip install`` ``required`` and ``optional``; an optional requirement the index has no
+    distribution of is dropped and the install retried. Returns the dropped ones. With
+    ``one_by_one`` (only where pip installs into an environment, which keeps what earlier runs
+    installed), an install that fails otherwise (a source build, a conflict) is redone one optional
+    requirement at a time, dropping each that fails."""
+    optional = list(optional)
+    dropped: list[str] = []
+    while required or optional:
+        try:
+            run_step(step, [*pip, *required, *optional], cwd=cwd, env=env, timeout=1800)
+            return dropped
+        except ImageBuildError as exc:
+            missing = {_dist_name(a or b) for a, b in _NO_DISTRIBUTION.findall(exc.output or "")}
+            gone = [o for o in optional if _dist_name(o) in missing]
+            if not gone:
+                if not one_by_one or not optional:
+                    raise
+                break
+            optional = [o for o in optional if o not in gone]
+            dropped += gone
+    else:
+        return dropped  # nothing left to install
+    if required:
+        run_step(step, [*pip, *required], cwd=cwd, env=env, timeout=1800)
+    for req in optional:
+        try:
+            run_step(f"{step}: {req}", [*pip, req], cwd=cwd, env=env, timeout=900)
+        except ImageBuildError:
+            dropped.append(req)
+    return dropped
+
+
+_LOCAL_DISTS = (
+    "import importlib.metadata as m, json; print(json.dumps(sorted({d.metadata['Name'] for d in m.distributions()"
+    " if 'dir_info' in (d.read_text('direct_url.json') or '')})))"
+)
+
+
+def _build_project_env(recipe: EnvRecipe, dest: Path) -> dict[str, Any]:
+    """A virtual environment in ``dest/venv`` installed as SWE-bench installs one: the optional
+    package list, then the (pinned) requirements, then the build requirements (within those pins),
+    then the project's dependencies with pip's usual semantics (what is installed and satisfies
+    them stays, a conflict is resolved the project's way), then the project itself uninstalled.
+    ``dest/site-packages`` links to its site-packages."""
+    py = env_interpreter(recipe)
+    pip_env = {**os.environ, **dict(recipe.pip_env)}
+    run_step("venv", [py, "-m", "venv", str(dest / "venv")], cwd=dest)
+    vpy = str(dest / "venv" / "bin" / "python")
+    if recipe.index_date:
+        if importlib.util.find_spec("uv") is None:
+            raise ImageBuildError("resolving as of a date needs uv: pip install uv", step="find uv")
+        pip = [sys.executable, "-m", "uv", "pip", "install", "--python", vpy, "--exclude-newer", recipe.index_date]
+    else:
+        pip = [vpy, "-m", "pip", "install", "--no-input", "--disable-pip-version-check"]
+    pip += recipe.pip_args
+    meta: dict[str, Any] = {}
+    # SWE-bench's order: the package list, then its pinned pip packages (which win a conflict)
+    if recipe.optional:
+        dropped = _pip_install_dropping(
+            pip, "pip install packages", [], list(recipe.optional), dest, pip_env, one_by_one=True
+        )
+        if dropped:
+            meta["dropped"] = dropped  # optional requirements that would not install (recorded)
+    if recipe.requirements:
+        run_step("pip install pinned", [*pip, *recipe.requirements], cwd=dest, env=pip_env)
+    if recipe.build_requirements:
+        constraints = dest.parent / "pins.txt"  # a build tool must not move a pinned package
+        constraints.write_text("".join(f"{r}\n" for r in recipe.requirements if "==" in r))
+        run_step(
+            "pip install build requirements",
+            [*pip, "-c", str(constraints), *recipe.build_requirements],
+            cwd=dest,
+            env=pip_env,
+        )
+        constraints.unlink()
+    scratch = dest.parent / "project"  # the prepare steps (e.g. SWE-bench's `sed` fixes) must not touch the tree
+    copy_tree(Path(recipe.project), scratch)
+    for i, cmd in enumerate(recipe.project_prepare):
+        run_step(f"project prepare[{i}]: {cmd}", cmd, cwd=scratch)
+    extras = f"[{','.join(recipe.project_extras)}]" if recipe.project_extras else ""
+    run_step("pip install project", [*pip, f"{scratch}{extras}"], cwd=dest, env=pip_env)
+    # the project is the distribution installed from a local directory (PEP 610's dir_info)
+    own = json.loads(run_step("find project", [vpy, "-c", _LOCAL_DISTS], cwd=dest))
+    if own:  # its code is the workspace's, never a copy in the layer
+        run_step("pip uninstall project", [vpy, "-m", "pip", "uninstall", "-y", *own], cwd=dest)
+    meta["project"] = own
+    force_rmtree(scratch)
+    sites = sorted((dest / "venv" / "lib").glob("python*/site-packages"))
+    if not sites:
+        raise ImageBuildError("the virtual environment has no site-packages", step="venv")
+    (dest / "site-packages").symlink_to(sites[0].relative_to(dest))
+    return meta
+
+
 def build_env_dir(recipe: EnvRecipe, dest: Path) -> dict[str, Any]:
     dest.mkdir(parents=True)
-    if recipe.requirements:
-        py = (
-            sys.executable
-            if recipe.python == f"{sys.version_info.major}.{sys.version_info.minor}"
-            else shutil.which(f"python{recipe.python}")
+    meta: dict[str, Any] = {}
+    site = dest / "site-packages"
+    if recipe.project:
+        meta = _build_project_env(recipe, dest)
+    elif recipe.requirements or recipe.optional:
+        py = env_interpreter(recipe)
+        pip = [py, "-m", "pip", "install", "--no-input", "--disable-pip-version-check", "--target", str(site)]
+        pip_env = {**os.environ, **dict(recipe.pip_env)}
+        dropped = _pip_install_dropping(
+            [*pip, *recipe.pip_args], "pip install", list(recipe.requirements), list(recipe.optional), dest, pip_env
         )
-        if not py:
-            raise ImageBuildError(f"python {recipe.python} not found on the host", step="find python")
-        run_step(
-            "pip install",
-            [
-                py,
-                "-m",
-                "pip",
-                "install",
-                "--no-input",
-                "--disable-pip-version-check",
-                "--target",
-                str(dest / "site-packages"),
-                *recipe.pip_args,
-                *recipe.requirements,
-            ],
-            cwd=dest,
-        )
+        if dropped:
+            meta["dropped"] = dropped
     for i, cmd in enumerate(recipe.setup):
         run_step(
             f"setup[{i}]: {cmd}",
             cmd,
             cwd=dest,
-            env={**os.environ, "LEGORL_ENV_DIR": str(dest), "PYTHONPATH": str(dest / "site-packages")},
+            env={**os.environ, "LEGORL_ENV_DIR": str(dest), "PYTHONPATH": str(site)},
         )
-    return {}
+    return meta
 
 
 # -------------------------------------------------------------------------------------------- cache
@@ -573,6 +725,10 @@ class ImageCache:
                 self._bump(hits=1)
                 return layer
             self._bump(misses=1)
+            # a build of this layer that was killed (no chance to clean up) left its directory: we
+            # hold the layer's lock, so no live builder owns one
+            for stale in (self.root / "tmp").glob(f"{kind}-{key}-*"):
+                force_rmtree(stale)
             tmp = self.root / "tmp" / f"{kind}-{key}-{uuid.uuid4().hex[:8]}"
             tmp.mkdir(parents=True)
             t0 = time.monotonic()

@@ -57,11 +57,13 @@ def exec_env(
     lang: str = "C.UTF-8",
 ) -> dict[str, str]:
     """An exec's whole environment: ``PATH``, ``HOME`` (:data:`SANDBOX_HOME`), ``LANG``, the env layer's
-    ``PATH``/``PYTHONPATH`` when there is one, then ``spec.env``, then the exec's ``extra``."""
+    ``PATH``/``PYTHONPATH`` when there is one (after the recipe's ``python_path``: the repository's
+    import root), then ``spec.env``, then the exec's ``extra``."""
     env = {"PATH": path, "HOME": SANDBOX_HOME, "LANG": lang}
     if env_layer:
         env["PATH"] = f"{ENV_INSIDE}/bin:{path}"
-        env["PYTHONPATH"] = f"{ENV_INSIDE}/site-packages"
+        first = tuple(getattr(spec.env_recipe, "python_path", ()) or ())
+        env["PYTHONPATH"] = ":".join([*first, f"{ENV_INSIDE}/site-packages"])
     env.update(spec.env)
     env.update(extra or {})
     return env

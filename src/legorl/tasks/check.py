@@ -10,10 +10,12 @@ during training.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 from legorl.diffs import touched_paths
 from legorl.errors import ConfigError, LegoRLError
@@ -48,16 +50,28 @@ def get_backend(name: str, **kwargs):  # noqa: ANN201 - a SandboxBackend
 
 @dataclass
 class CheckResult:
+    """One task's check (also a line of the JSON report: :meth:`as_dict`)."""
+
     instance_id: str
     tier: str
     gold: str = "-"  # "ok" | "fail" | "env" | "-" (not run)
     empty: str = "-"  # "ok" | "fail" | "env" | "-"
+    test_patch: str = "-"  # SWE-bench instances: the test patch alone as the diff must not resolve
     seconds: float = 0.0
     problems: list[str] = field(default_factory=list)
+    repo: str = ""
+    version: str = ""
+    env: str = "-"  # "built" | the cause it could not be (an env failure of the gold run)
+    run_seconds: dict[str, float] = field(default_factory=dict)  # per graded run, wall seconds
+    notes: list[str] = field(default_factory=list)  # facts that are no problem (info flags, P2P that fail unfixed)
 
     @property
     def ok(self) -> bool:
-        return not self.problems and self.gold == "ok" and self.empty == "ok"
+        runs = (self.gold, self.empty) + ((self.test_patch,) if self.test_patch != "-" else ())
+        return not self.problems and all(r == "ok" for r in runs)
+
+    def as_dict(self) -> dict[str, object]:
+        return {**asdict(self), "ok": self.ok}
 
 
 def _not_passing(tests: dict[str, str], ids: list[str]) -> list[str]:
@@ -65,11 +79,19 @@ def _not_passing(tests: dict[str, str], ids: list[str]) -> list[str]:
 
 
 def check_task(task: Task, backend, timeout: float = 120) -> CheckResult:  # noqa: ANN001
-    """Gold patch resolves the task; the empty patch fails every FAIL_TO_PASS and no PASS_TO_PASS."""
+    """Gold patch resolves the task; the empty patch does not.
+
+    Built-in tiers are held to more: a gold run without any flag, and an empty run in which every
+    FAIL_TO_PASS test fails and every PASS_TO_PASS test passes. SWE-bench instances (tier
+    ``swebench``) are held to SWE-bench's own rule: gold resolves with no *blocking* flag, the empty
+    patch and the test patch alone (the hidden tests offered as the fix) do not resolve; info flags
+    and PASS_TO_PASS tests that fail without the fix are recorded as notes.
+    """
     from legorl.grading.grader import grade
 
     started = time.monotonic()
-    res = CheckResult(task.instance_id, task.tier)
+    swebench = task.tier == "swebench"
+    res = CheckResult(task.instance_id, task.tier, repo=task.repo, version=task.version)
     problems = res.problems
     if not task.FAIL_TO_PASS:
         problems.append("no FAIL_TO_PASS tests")
@@ -81,51 +103,108 @@ def check_task(task: Task, backend, timeout: float = 120) -> CheckResult:  # noq
     protected = protected_paths(task.test_files, task.test_patch)
     for path in touched_paths(task.patch):
         kind = classify_path(path, protected)
-        if kind not in (PathKind.SOURCE, PathKind.PYPROJECT):
+        if kind not in (PathKind.SOURCE, PathKind.PYPROJECT) and not _framework_source(task, kind):
             problems.append(f"gold patch touches {path} ({kind.value}): the grader drops it")
     if task.source_dir is None:
         problems.append("no source_dir (only locally runnable tasks can be checked)")
         res.seconds = time.monotonic() - started
         return res
 
+    def run(name: str, diff: str):  # noqa: ANN202 - a GraderReport
+        t = time.monotonic()
+        report = grade(task, diff, backend, timeout=timeout)
+        res.run_seconds[name] = round(time.monotonic() - t, 2)
+        return report
+
     try:
-        gold = grade(task, task.patch, backend, timeout=timeout)
+        gold = run("gold", task.patch)
         if gold.status != "ok":
             res.gold = "env"
+            res.env = gold.cause or gold.status
             problems.append(f"gold: {gold.status}: {gold.cause}")
         else:
+            res.env = "built"
             bad = _not_passing(gold.tests, [*task.FAIL_TO_PASS, *task.PASS_TO_PASS])
-            if gold.resolved and gold.reward == 1.0 and not gold.flags and not bad:
+            blocking = [f.label for f in gold.flag_details if f.severity == "blocking"]
+            flags_ok = not blocking if swebench else not gold.flags
+            if gold.resolved and gold.reward == 1.0 and flags_ok and not bad:
                 res.gold = "ok"
+                if gold.flags:
+                    res.notes.append("gold: info flags " + ", ".join(gold.flags))
             else:
                 res.gold = "fail"
                 if bad:
                     problems.append("gold: not passing: " + ", ".join(bad))
-                if gold.flags:
-                    problems.append("gold: flags " + ", ".join(gold.flags))
-                if not bad and not gold.flags:
+                if not flags_ok:
+                    problems.append("gold: flags " + ", ".join(blocking if swebench else gold.flags))
+                if not bad and flags_ok:
                     problems.append(f"gold: not resolved (runner exit {gold.runner_exit_code})")
+        if res.gold == "env":  # the environment is broken: the other runs would say the same
+            res.seconds = time.monotonic() - started
+            return res
 
-        empty = grade(task, "", backend, timeout=timeout)
+        empty = run("empty", "")
         if empty.status != "ok":
             res.empty = "env"
             problems.append(f"empty: {empty.status}: {empty.cause}")
         else:
             passing_f2p = [t for t in task.FAIL_TO_PASS if empty.tests.get(t) == "passed"]
             failing_p2p = _not_passing(empty.tests, task.PASS_TO_PASS)
-            res.empty = "ok" if not passing_f2p and not failing_p2p and not empty.resolved else "fail"
-            if passing_f2p:
-                problems.append("empty: FAIL_TO_PASS passes without the fix: " + ", ".join(passing_f2p))
-            if failing_p2p:
-                problems.append("empty: PASS_TO_PASS fails without the fix: " + ", ".join(failing_p2p))
-            if empty.resolved and not passing_f2p:
-                problems.append("empty: resolved without the fix")
+            if swebench:
+                res.empty = "fail" if empty.resolved else "ok"
+                if empty.resolved:
+                    problems.append("empty: resolved without the fix")
+                if passing_f2p:
+                    res.notes.append("empty: FAIL_TO_PASS passing without the fix: " + ", ".join(passing_f2p))
+                if failing_p2p:
+                    res.notes.append("empty: PASS_TO_PASS failing without the fix: " + ", ".join(failing_p2p))
+            else:
+                res.empty = "ok" if not passing_f2p and not failing_p2p and not empty.resolved else "fail"
+                if passing_f2p:
+                    problems.append("empty: FAIL_TO_PASS passes without the fix: " + ", ".join(passing_f2p))
+                if failing_p2p:
+                    problems.append("empty: PASS_TO_PASS fails without the fix: " + ", ".join(failing_p2p))
+                if empty.resolved and not passing_f2p:
+                    problems.append("empty: resolved without the fix")
+        if swebench and task.test_patch.strip():
+            alone = run("test_patch", task.test_patch)
+            if alone.status != "ok":
+                res.test_patch = "env"
+                problems.append(f"test patch alone: {alone.status}: {alone.cause}")
+            elif alone.resolved and alone.reward > 0:
+                res.test_patch = "fail"
+                problems.append("test patch alone: resolved")
+            else:
+                res.test_patch = "ok"
     except LegoRLError as exc:
         problems.append(f"error: {exc}")
     except Exception as exc:  # noqa: BLE001 - one broken task must not hide the others
         problems.append(f"crashed: {type(exc).__name__}: {exc}")
     res.seconds = time.monotonic() - started
     return res
+
+
+def _framework_source(task: Task, kind: PathKind) -> bool:
+    """A file of the test framework in the framework's own repository is its source."""
+    return kind is PathKind.FRAMEWORK_SHADOW and task.environment is not None and task.environment.framework_under_test
+
+
+def read_report(path: Path) -> dict[str, CheckResult]:
+    """The results already in a JSON-lines check report, by instance id (the last line of each wins)."""
+    done: dict[str, CheckResult] = {}
+    if path.is_file():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a line cut by a crash: that instance is checked again
+            if isinstance(rec, dict) and "instance_id" in rec:
+                rec.pop("ok", None)
+                try:
+                    done[str(rec["instance_id"])] = CheckResult(**rec)
+                except TypeError:
+                    continue  # a line of another version of the report: checked again
+    return done
 
 
 def check_suite(

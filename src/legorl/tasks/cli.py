@@ -168,10 +168,20 @@ def check(
     repos: list[str] | None = typer.Option(None, "--repos", help=REPOS_HELP),
     instances: list[str] | None = typer.Option(None, "--instances", help=INSTANCES_HELP),
     repos_dir: str | None = typer.Option(None, "--repos-dir", help=REPOS_DIR_HELP),
+    report: Path | None = typer.Option(
+        None,
+        "--report",
+        help="JSON-lines report, one line per task as it finishes; tasks already in it are not checked "
+        "again (resume after an interruption), unless --recheck.",
+    ),
+    recheck: bool = typer.Option(False, "--recheck", help="Check the tasks already in --report again."),
 ) -> None:
-    """Validate every task: the gold patch resolves it, the empty patch fails every FAIL_TO_PASS test."""
+    """Validate every task: the gold patch resolves it, the empty patch does not (built-in tiers: fails
+    every FAIL_TO_PASS test; SWE-bench instances: nor does the test patch alone)."""
+    import threading
+
     from legorl.errors import LegoRLError
-    from legorl.tasks.check import check_suite, get_backend
+    from legorl.tasks.check import CheckResult, check_suite, get_backend, read_report
     from legorl.tasks.loader import load_suite
 
     try:
@@ -179,10 +189,31 @@ def check(
         sandbox_backend = get_backend(backend)
     except LegoRLError as exc:
         _fail(exc)
-    console.print(f"checking {len(tasks)} tasks of {suite} on {backend} with {workers} workers")
+    wanted = {t.instance_id for t in tasks}
+    done = read_report(report) if report is not None and not recheck else {}
+    done = {k: v for k, v in done.items() if k in wanted}
+    todo = [t for t in tasks if t.instance_id not in done]
+    if done:
+        console.print(f"{report}: {len(tasks) - len(todo)} of {len(tasks)} tasks already checked; checking the rest")
+    console.print(f"checking {len(todo)} tasks of {suite} on {backend} with {workers} workers")
+    lock = threading.Lock()
+    finished = [0]
+
+    def on_result(r: CheckResult) -> None:
+        with lock:
+            finished[0] += 1
+            if report is not None:
+                report.parent.mkdir(parents=True, exist_ok=True)
+                with report.open("a", encoding="utf-8") as fh:
+                    fh.write(json.dumps(r.as_dict(), default=str) + "\n")
+            state = "ok" if r.ok else "BROKEN"
+            console.print(f"[{finished[0]}/{len(todo)}] {r.instance_id}: {state} ({r.seconds:.0f}s)", markup=False)
+
     started = time.monotonic()
-    results = check_suite(tasks, sandbox_backend, workers=workers, timeout=timeout)
+    results = check_suite(todo, sandbox_backend, workers=workers, timeout=timeout, on_result=on_result)
     wall = time.monotonic() - started
+    if done:  # the report's earlier results count too
+        results = [*done.values(), *results]
 
     table = Table(title=f"tasks check {suite} ({backend})")
     table.add_column("task", no_wrap=True)

@@ -11,6 +11,32 @@ from pydantic import BaseModel, Field, ValidationError, field_validator
 from legorl.errors import TaskError
 
 Tier = Literal["trivial", "easy", "medium", "swebench"]
+Runner = Literal["pytest", "sympy"]
+
+
+class TaskEnvironment(BaseModel):
+    """What a task's tests need beyond this process's interpreter: the interpreter, the packages of
+    its env layer, the repository's install step and import root (built by
+    :func:`legorl.tasks.environment.sandbox_spec`; SWE-bench instances get theirs from SWE-bench's
+    specs, :mod:`legorl.tasks.swebench_env`)."""
+
+    python: str  # "3.9"
+    interpreter: str  # host path of that interpreter (pyenv)
+    requirements: list[str] = Field(default_factory=list)  # must install
+    optional: list[str] = Field(default_factory=list)  # installed where the index has them
+    build_requirements: list[str] = Field(default_factory=list)  # to build the repository in place
+    index_date: str = ""  # resolve packages as the index was that day (YYYY-MM-DD)
+    project: str = ""  # a tree whose dependencies (not itself) go into the env layer
+    project_extras: list[str] = Field(default_factory=list)
+    project_prepare: list[str] = Field(default_factory=list)  # run in a scratch copy of ``project``
+    pip_env: dict[str, str] = Field(default_factory=dict)
+    python_path: list[str] = Field(default_factory=list)  # inside paths first on PYTHONPATH
+    setup: list[str] = Field(default_factory=list)  # run in the repository (instance layer)
+    runner: Runner = "pytest"
+    # the repository *is* the test framework (pytest-dev/pytest): its own files under _pytest/ are
+    # source, the runner imports it from the workspace, and the in-process guard is off (see docs)
+    framework_under_test: bool = False
+    unsupported: dict[str, str] = Field(default_factory=dict)  # backend → why it cannot build this
 
 
 class Task(BaseModel):
@@ -30,6 +56,7 @@ class Task(BaseModel):
     source_dir: Path | None = None
     test_command: str = "python -m pytest"
     test_files: list[str] = Field(default_factory=list)  # files the grader restores before testing
+    environment: TaskEnvironment | None = None  # None: this process's interpreter, the standard library
 
     @field_validator("FAIL_TO_PASS", "PASS_TO_PASS", mode="before")
     @classmethod

@@ -38,14 +38,17 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from legorl.errors import TaskError
+from legorl.grading.sympy_runner import RUNNER_FILES
 from legorl.sandbox.git import git_argv, host_git_env
 from legorl.settings import legorl_home, settings
-from legorl.tasks.model import Task
+from legorl.tasks.model import Task, TaskEnvironment
 
 __all__ = [
     "SUITES",
     "BundleRepos",
     "GitRepos",
+    "commit_tree",
+    "is_pytest_id",
     "InstanceStatus",
     "RepoSource",
     "SwebenchSuite",
@@ -322,20 +325,24 @@ def instance_status(tasks: Iterable[Task], source: RepoSource) -> list[InstanceS
     return out
 
 
-def instance_tree(task: Task, source: RepoSource) -> Path:
-    """The history-free tree of ``task`` at its base commit, written once under
-    ``$LEGORL_HOME/tasks/sources/swebench``."""
+def commit_tree(task: Task, commit: str, source: RepoSource, name: str) -> Path:
+    """The history-free tree of ``task.repo`` at ``commit``, written once under
+    ``$LEGORL_HOME/tasks/sources/swebench/<name>``."""
     from legorl.tasks.loader import tree_once
 
     def fill(tmp: Path) -> None:
         tmp.mkdir()
         try:
-            source.export(task.repo, task.base_commit, tmp)
+            source.export(task.repo, commit, tmp)
         except TaskError as exc:
             raise TaskError(f"instance {task.instance_id}: {exc}") from None
 
-    root = legorl_home() / "tasks" / "sources" / "swebench"
-    return tree_once(root, f"{task.instance_id[:80]}-{task.base_commit[:12]}", fill)
+    return tree_once(legorl_home() / "tasks" / "sources" / "swebench", name, fill)
+
+
+def instance_tree(task: Task, source: RepoSource) -> Path:
+    """The history-free tree of ``task`` at its base commit."""
+    return commit_tree(task, task.base_commit, source, f"{task.instance_id[:80]}-{task.base_commit[:12]}")
 
 
 def load_swebench_suite(
@@ -361,5 +368,30 @@ def load_swebench_suite(
     out = []
     for t in tasks:
         if status[t.instance_id].available:
-            out.append(t.model_copy(update={"source_dir": instance_tree(t, source), "tier": "swebench"}))
+            tree = instance_tree(t, source)
+            env = _environment(t, source, tree)
+            update: dict[str, object] = {"source_dir": tree, "tier": "swebench", "environment": env}
+            if env.runner == "pytest":
+                update |= {k: [i for i in getattr(t, k) if is_pytest_id(i)] for k in ("FAIL_TO_PASS", "PASS_TO_PASS")}
+            if env.runner == "sympy":  # its runner is test infrastructure: protected like the tests
+                update["test_files"] = [*t.test_files, *(f for f in RUNNER_FILES if (tree / f).is_file())]
+            out.append(t.model_copy(update=update))
     return out
+
+
+def is_pytest_id(test: str) -> bool:
+    """A pytest node id (``path.py::name``, or a module); SWE-bench's lists also hold artifacts of
+    its log parser (``[100%]``), which name no test and are left out."""
+    return "::" in test or test.endswith(".py")
+
+
+def _environment(task: Task, source: RepoSource, tree: Path) -> TaskEnvironment:
+    """The instance's environment; one that cannot be described here (no interpreter for its
+    version, no spec) is kept as unsupported on every backend, with the cause, so that grading it is an
+    environment failure that says why, never a run with the wrong interpreter."""
+    from legorl.tasks.swebench_env import task_environment
+
+    try:
+        return task_environment(task, source, tree)
+    except TaskError as exc:
+        return TaskEnvironment(python="", interpreter="", unsupported={"all": str(exc)})

@@ -43,6 +43,8 @@ class Harness:
     specs: dict[str, dict[str, dict[str, Any]]]  # MAP_REPO_VERSION_TO_SPECS
     parsers: dict[str, Any]  # MAP_REPO_TO_PARSER
     version: str
+    requirements_paths: dict[str, list[str]]  # MAP_REPO_TO_REQS_PATHS: where "requirements.txt" specs look
+    environment_yml_paths: dict[str, list[str]]  # MAP_REPO_TO_ENV_YML_PATHS
 
 
 @cache
@@ -69,7 +71,13 @@ def harness() -> Harness:
         log_parsers = importlib.import_module("swebench.harness.log_parsers")
     except ImportError as exc:
         raise TaskError(f"cannot import SWE-bench's specs ({exc}): {_INSTALL_HINT}") from None
-    return Harness(constants.MAP_REPO_VERSION_TO_SPECS, log_parsers.MAP_REPO_TO_PARSER, installed)
+    return Harness(
+        constants.MAP_REPO_VERSION_TO_SPECS,
+        log_parsers.MAP_REPO_TO_PARSER,
+        installed,
+        constants.MAP_REPO_TO_REQS_PATHS,
+        constants.MAP_REPO_TO_ENV_YML_PATHS,
+    )
 
 
 @dataclass(frozen=True)
