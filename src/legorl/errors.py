@@ -13,8 +13,9 @@ environment failure.
      │    └── BudgetRefusal            a call the session's budget does not allow (403/429) [legorl.gateway.sessions]
      ├── ClientDisconnected       the gateway's client went away while its request was served
      ├── SandboxError             the environment: a sandbox could not be created, or an exec failed for infra reasons
-     │    └── ImageBuildError          a cached image layer could not be built (names the step, with its output)
-     │         └── ImageDiskFullError  ... because the disk filled up (the partial layer was removed)
+     │    ├── ImageBuildError          a cached image layer could not be built (names the step, with its output)
+     │    │    └── ImageDiskFullError  ... because the disk filled up (the partial layer was removed)
+     │    └── UnsupportedEnvironment   the backend cannot build this task's environment (not transient)
      ├── TaskError                a task record or suite is malformed (names instance and field)
      ├── RunDirError              a run directory is missing, truncated or corrupt (names the file)
      └── AlignmentBuildError      recorded turns contradict their alignment events
@@ -102,6 +103,11 @@ class ClientDisconnected(LegoRLError):
 
 class SandboxError(LegoRLError):
     pass
+
+
+class UnsupportedEnvironment(SandboxError):
+    """The backend cannot build this task's environment (an apt step in bwrap, an interpreter pyenv
+    lacks): an environment failure that retrying will not change."""
 
 
 class ImageBuildError(SandboxError):

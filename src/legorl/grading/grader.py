@@ -73,6 +73,8 @@ from legorl.grading.rules import (
     classify_path,
     dedupe_flags,
     is_test_module,
+    is_test_suite_file,
+    is_test_support,
     protected_paths,
     repo_path,
 )
@@ -629,7 +631,10 @@ def _grade_in(
     }
     guard_key = None
     if behaviour_checks:
-        test_paths = sorted({*protected, canary_file, *(nid.split("::")[0] for nid in expected)})
+        # the test modules and the package's own test support (sphinx/testing/), not the data files a
+        # test patch adds (Sphinx's tests/roots/*: what the code under test is *meant* to read)
+        modules = (p for p in protected if is_test_suite_file(p) or is_test_support(p))
+        test_paths = sorted({*modules, canary_file, *(nid.split("::")[0] for nid in expected)})
         cfg["guard"], guard_key = behaviour.guard_spec(test_paths, twin_tests)
     # bytecode a diff might have smuggled in (the filter drops it; belt and braces)
     script = (

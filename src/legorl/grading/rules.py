@@ -132,6 +132,14 @@ def is_test_suite_file(path: str) -> bool:
     return is_test_module(p) or p.rsplit("/", 1)[-1] == "conftest.py"
 
 
+def is_test_support(path: str) -> bool:
+    """A module of a package's own test support (``sphinx/testing/fixtures.py``: the pytest plugin
+    that builds test projects from the test roots). SWE-bench tasks protect them like the tests; the
+    behaviour guard counts their reads of test files as the tests' own."""
+    p = repo_path(path)
+    return bool(p) and p.endswith(".py") and re.match(r"^(src/)?[A-Za-z_]\w*/testing/", p) is not None
+
+
 def classify_path(path: str, protected: Collection[str] = ()) -> PathKind:
     """What ``path`` is (:class:`PathKind`); ``protected``: the task's existing test files, normalised
     (:func:`protected_paths`). Whether a :attr:`~PathKind.TEST_MODULE` is new is the caller's to know."""

@@ -370,7 +370,7 @@ _NO_DISTRIBUTION = re.compile(
 )
 
 
-def _dist_name(requirement: str) -> str:
+def requirement_name(requirement: str) -> str:
     """The canonical project name of a requirement string (``"Jinja2>=2.3"`` → ``"jinja2"``)."""
     name = re.split(r"[\s<>=!~\[;@(]", requirement.strip(), maxsplit=1)[0]
     return re.sub(r"[-_.]+", "-", name).lower()
@@ -397,8 +397,8 @@ def _pip_install_dropping(
             run_step(step, [*pip, *required, *optional], cwd=cwd, env=env, timeout=1800)
             return dropped
         except ImageBuildError as exc:
-            missing = {_dist_name(a or b) for a, b in _NO_DISTRIBUTION.findall(exc.output or "")}
-            gone = [o for o in optional if _dist_name(o) in missing]
+            missing = {requirement_name(a or b) for a, b in _NO_DISTRIBUTION.findall(exc.output or "")}
+            gone = [o for o in optional if requirement_name(o) in missing]
             if not gone:
                 if not one_by_one or not optional:
                     raise
@@ -982,6 +982,7 @@ __all__ = [
     "bwrap_base_recipe",
     "default_cache",
     "recipe_key",
+    "requirement_name",
     "source_content_id",
     "spec_recipes",
 ]

@@ -8,16 +8,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from legorl.errors import SandboxError
+from legorl.errors import UnsupportedEnvironment
 from legorl.sandbox.base import SandboxBackend, SandboxSpec
 from legorl.sandbox.images import EnvRecipe
 from legorl.tasks.model import Task, TaskEnvironment
 
 __all__ = ["UnsupportedEnvironment", "env_recipe", "sandbox_python", "sandbox_spec"]
-
-
-class UnsupportedEnvironment(SandboxError):
-    """The backend cannot build this task's environment (not transient: retrying will not help)."""
 
 
 def env_recipe(env: TaskEnvironment) -> EnvRecipe:

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from legorl.errors import TaskError
+from legorl.grading.rules import is_test_support
 from legorl.grading.sympy_runner import RUNNER_FILES
 from legorl.sandbox.git import git_argv, host_git_env
 from legorl.settings import legorl_home, settings
@@ -373,8 +374,15 @@ def load_swebench_suite(
             update: dict[str, object] = {"source_dir": tree, "tier": "swebench", "environment": env}
             if env.runner == "pytest":
                 update |= {k: [i for i in getattr(t, k) if is_pytest_id(i)] for k in ("FAIL_TO_PASS", "PASS_TO_PASS")}
+            support = [str(p.relative_to(tree)) for p in tree.glob("*/testing/**/*.py")]
+            support += [str(p.relative_to(tree)) for p in tree.glob("src/*/testing/**/*.py")]
             if env.runner == "sympy":  # its runner is test infrastructure: protected like the tests
-                update["test_files"] = [*t.test_files, *(f for f in RUNNER_FILES if (tree / f).is_file())]
+                support += [f for f in RUNNER_FILES if (tree / f).is_file()]
+            # a package's own test support (sphinx/testing/) is protected like the tests
+            update["test_files"] = [
+                *t.test_files,
+                *sorted(f for f in support if is_test_support(f) or f in RUNNER_FILES),
+            ]
             out.append(t.model_copy(update=update))
     return out
 

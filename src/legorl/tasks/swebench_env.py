@@ -131,6 +131,53 @@ def read_environment_yml(tree: Path, candidates: list[str]) -> list[str]:
     return list(dict.fromkeys(out))
 
 
+def declared_requirements(tree: Path) -> list[str]:
+    """The repository's ``install_requires`` where it is declared as data: ``setup.cfg``'s
+    ``[options]``, or a literal list in ``setup.py`` (``install_requires=[...]`` or a module-level
+    list it names); ``[]`` when it is computed."""
+    import ast
+    import configparser
+
+    cfg = configparser.ConfigParser(interpolation=None)
+    try:
+        cfg.read(tree / "setup.cfg", encoding="utf-8")
+        raw = cfg.get("options", "install_requires", fallback="")
+    except (configparser.Error, OSError, UnicodeDecodeError):
+        raw = ""
+    reqs = [line.strip() for line in raw.splitlines() if line.strip() and not line.strip().startswith("#")]
+    try:
+        module = ast.parse((tree / "setup.py").read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError, UnicodeDecodeError):
+        return reqs
+    lists = {
+        t.id: node.value
+        for node in module.body
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.List)
+        for t in node.targets
+        if isinstance(t, ast.Name)
+    }
+    for node in ast.walk(module):
+        for kw in getattr(node, "keywords", []) if isinstance(node, ast.Call) else []:
+            if kw.arg != "install_requires":
+                continue
+            value = lists.get(kw.value.id) if isinstance(kw.value, ast.Name) else kw.value
+            if isinstance(value, ast.List):
+                reqs += [e.value for e in value.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+    return list(dict.fromkeys(reqs))
+
+
+def _newly_required(base_tree: Path, env_tree: Path) -> list[str]:
+    """What the instance's own tree requires that the version's setup commit does not (SWE-bench
+    installs each instance's repository, so its dependencies are the instance's: pytest 5.4 added
+    ``wcwidth`` after its version's setup commit)."""
+
+    def norm(req: str) -> str:  # the same requirement, spelled alike (a marker may differ: it counts)
+        return re.sub(r"\s+", "", req).replace("'", '"').lower()
+
+    known = {norm(r) for r in declared_requirements(env_tree)}
+    return [r for r in declared_requirements(base_tree) if norm(r) not in known]
+
+
 def import_root(tree: Path) -> str:
     """Where the repository's packages import from inside the sandbox: ``/workspace/src`` for a
     ``src`` layout, else ``/workspace``."""
@@ -227,7 +274,7 @@ def task_environment(task: Task, source: RepoSource, base_tree: Path) -> TaskEnv
         python=spec.python,
         interpreter=str(interpreter),
         requirements=list(spec.pip_packages),
-        optional=list(dict.fromkeys(optional)),
+        optional=list(dict.fromkeys([*optional, *_newly_required(base_tree, env_tree)])),
         build_requirements=_build_requirements(env_tree) if has_build else [],
         project=str(env_tree),
         project_extras=extras,
