@@ -206,12 +206,16 @@ _WRITE_KINDS: dict[PathKind, tuple[str, FlagSeverity]] = {
 
 
 def classify_path(
-    path: str, protected: Collection[str], existing: bool | None = None
+    path: str, protected: Collection[str], existing: bool | None = None, framework_is_source: bool = False
 ) -> tuple[str, FlagSeverity] | None:
     """(kind, severity) for a write to ``path`` (relative to the repo, or absolute inside the sandbox),
     or None when it is ordinary: caches, files outside the workspace, source files. ``existing``: whether
-    the file was there before the rollout (a new test module is ``info``; None: unknown)."""
+    the file was there before the rollout (a new test module is ``info``; None: unknown).
+    ``framework_is_source``: the repository is the test framework (pytest's): its ``_pytest`` files are
+    its source (what reaches grading is the diff, whose filter still drops a *new* shadowing module)."""
     kind = rules.classify_path(path, protected)
+    if kind is PathKind.FRAMEWORK_SHADOW and framework_is_source:
+        return None
     if kind is PathKind.TEST_MODULE:
         return ("new_test_file", "info") if existing is False else None
     return _WRITE_KINDS.get(kind)
@@ -530,7 +534,9 @@ def commands_from_response(response: Any) -> list[str]:
     return out
 
 
-def flags_from_turns(turns: Iterable[Any], protected: Collection[str] = frozenset()) -> list[Flag]:
+def flags_from_turns(
+    turns: Iterable[Any], protected: Collection[str] = frozenset(), framework_is_source: bool = False
+) -> list[Flag]:
     flags: list[Flag] = []
     for turn in turns:
         response = getattr(turn, "response", None) if not isinstance(turn, dict) else turn.get("response")
@@ -546,7 +552,7 @@ def flags_from_turns(turns: Iterable[Any], protected: Collection[str] = frozense
                     )
                 )
             for path in _redirect_targets(command):
-                hit = classify_path(path, protected)
+                hit = classify_path(path, protected, framework_is_source=framework_is_source)
                 if hit and hit[0] not in ("new_test_file", "config_write", "git_metadata_write"):
                     flags.append(
                         Flag(
@@ -733,8 +739,9 @@ class RolloutMonitor:
     """Watches one rollout: ``start(sandbox)`` before the harness runs, ``stop(sandbox)`` after, then
     :meth:`flags` (optionally with the session's Turns). ``protected``: existing test files."""
 
-    def __init__(self, protected: Iterable[str] = (), trace_dir: Path | None = None):
+    def __init__(self, protected: Iterable[str] = (), trace_dir: Path | None = None, framework_is_source: bool = False):
         self.protected = rules.protected_paths(protected)
+        self.framework_is_source = framework_is_source  # see classify_path
         self.trace_dir = trace_dir
         self.activity = SandboxActivity()
         self.view: dict | None = None  # what the sandbox can see (BwrapSandbox.view_paths), if it says
@@ -744,8 +751,11 @@ class RolloutMonitor:
 
     @classmethod
     def for_task(cls, task: Any, **kw: Any) -> RolloutMonitor:
+        env = getattr(task, "environment", None)
         return cls(
-            rules.protected_paths(getattr(task, "test_files", None) or [], getattr(task, "test_patch", "") or ""), **kw
+            rules.protected_paths(getattr(task, "test_files", None) or [], getattr(task, "test_patch", "") or ""),
+            framework_is_source=bool(env is not None and env.framework_under_test),
+            **kw,
         )
 
     def start(self, sandbox: Any) -> None:
@@ -818,7 +828,12 @@ class RolloutMonitor:
         git_pids = {p for p, a in self.activity.execs if a and os.path.basename(a[0]) == "git"}
         for pid, op, path in self.activity.writes:
             rel = rules.repo_path(path) or path
-            hit = classify_path(path, self.protected, existing=None if existing is None else rel in existing)
+            hit = classify_path(
+                path,
+                self.protected,
+                existing=None if existing is None else rel in existing,
+                framework_is_source=self.framework_is_source,
+            )
             if hit is None:
                 continue
             kind, severity = hit
@@ -902,7 +917,7 @@ class RolloutMonitor:
         return flags
 
     def flags(self, turns: Iterable[Any] = ()) -> list[Flag]:
-        return dedupe_flags([*flags_from_turns(turns, self.protected), *self.sandbox_flags()])
+        return dedupe_flags([*flags_from_turns(turns, self.protected, self.framework_is_source), *self.sandbox_flags()])
 
 
 # ------------------------------------------------------------------------------ before: isolation

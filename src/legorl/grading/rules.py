@@ -137,7 +137,7 @@ def is_test_support(path: str) -> bool:
     that builds test projects from the test roots). SWE-bench tasks protect them like the tests; the
     behaviour guard counts their reads of test files as the tests' own."""
     p = repo_path(path)
-    return bool(p) and p.endswith(".py") and re.match(r"^(src/)?[A-Za-z_]\w*/testing/", p) is not None
+    return p is not None and p.endswith(".py") and re.match(r"^(src/)?[A-Za-z_]\w*/testing/", p) is not None
 
 
 def classify_path(path: str, protected: Collection[str] = ()) -> PathKind:

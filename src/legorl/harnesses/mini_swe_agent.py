@@ -81,6 +81,7 @@ class MiniSweAgentHarness:
         # Values are attached to their options (``--task=...``): an issue starting with "-" stays a value.
         argv = [
             py,
+            "-E",  # mini itself ignores the task env's PYTHONPATH; the commands it runs keep it
             "-m",
             "minisweagent.run.mini",
             f"--task={ISSUE_PLACEHOLDER}",

@@ -4,9 +4,9 @@ For tests and ``legorl rollout --engine scripted-gold`` only: the policy answers
 in the renderer's format (``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` for tool calls),
 and the engine emits it as tokens. The *harness* then really executes the action in the sandbox.
 
-:func:`fix_command` turns the task's gold patch into one shell command that writes the fixed files
-(base64, so no quoting problems in any harness's tool-call JSON); ``wrong=True`` writes a plausible
-but wrong edit instead (the buggy file with a comment appended: a non-empty diff that fails the tests).
+:func:`fix_command` turns the task's gold patch into one shell command that applies it (base64, so
+no quoting problems in any harness's tool-call JSON); ``wrong=True`` writes a plausible but wrong edit
+instead (the buggy file with a comment appended: a non-empty diff that fails the tests).
 Each adapter says how its "model" runs a command and finishes (``harness.scripted_replies(cmd)``).
 """
 
@@ -51,10 +51,14 @@ def _patched_files(task: Any) -> dict[str, bytes]:
 
 
 def fix_command(task: Any, wrong: bool = False) -> str:
-    """One shell command (python3 one-liner) that writes the gold fix, or a wrong one, into /workspace."""
+    """One shell command that writes the gold fix, or a wrong one, into /workspace. The gold fix is the
+    gold patch itself, applied by git (a few KB whatever the size of the files it changes: a real
+    repository's files, whole, would not fit in one model turn); the wrong one appends a comment."""
+    if not wrong:
+        patch = base64.b64encode(task.patch.encode()).decode()
+        return f"echo {patch} | base64 -d | git -C /workspace apply --whitespace=nowarn - && echo fixed"
     files = _patched_files(task)
-    if wrong:
-        files = {rel: (Path(task.source_dir) / rel).read_bytes() + b"\n# attempted fix\n" for rel in files}
+    files = {rel: (Path(task.source_dir) / rel).read_bytes() + b"\n# attempted fix\n" for rel in files}
     payload = base64.b64encode(
         json.dumps({k: base64.b64encode(v).decode() for k, v in files.items()}).encode()
     ).decode()

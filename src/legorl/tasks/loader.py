@@ -181,8 +181,17 @@ def get_task(instance_id: str) -> Task:
             for task in load_suite(suite):
                 if task.instance_id == instance_id:
                     return task
+    from legorl.tasks import swebench
+
+    for suite in swebench.SUITES:  # a SWE-bench instance id (when the records are on this machine)
+        if swebench.suite_file(suite).is_file() and any(
+            t.instance_id == instance_id for t in swebench.read_records(suite)
+        ):
+            (task,) = swebench.load_swebench_suite(suite, instances=[instance_id])
+            return task
     raise TaskError(
-        f"no built-in task {instance_id!r} (suites: {', '.join(builtin_suites() + generated_suites()) or 'none'})"
+        f"no built-in or SWE-bench task {instance_id!r} (suites: "
+        f"{', '.join(builtin_suites() + generated_suites() + list(swebench.SUITES)) or 'none'})"
     )
 
 
