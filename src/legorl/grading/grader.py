@@ -637,32 +637,11 @@ def _grade_in(
         test_paths = sorted({*modules, canary_file, *(nid.split("::")[0] for nid in expected)})
         cfg["guard"], guard_key = behaviour.guard_spec(test_paths, twin_tests)
     # bytecode a diff might have smuggled in (the filter drops it; belt and braces)
-    script = (
-        "find . -name __pycache__ -prune -exec rm -rf {} + 2>/dev/null; "
-        "find . \\( -name '*.pyc' -o -name '*.pyo' \\) -delete 2>/dev/null; "
-        f'LEGORL_PYTHONPATH="${{PYTHONPATH:-}}" exec {shlex.quote(python)} -I -S -B -c "$LEGORL_RUNNER"'
-    )
-    env = {
-        "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
-        "PYTHONHASHSEED": "0",
-        "LEGORL_RUNNER": defenses.RUNNER,
-        "PYTEST_ADDOPTS": "",
-        "PYTEST_PLUGINS": "",
-    }
-    res = sandbox.exec(
-        script, timeout=timeout, env=env, max_output_bytes=16_000_000, stdin=nonce + "\n" + json.dumps(cfg) + "\n"
-    )
+    env = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTEST_ADDOPTS": "", "PYTEST_PLUGINS": ""}
+    res, failed = _exec_runner(sandbox, defenses.RUNNER, cfg, nonce, python, timeout, log, flags, env=env)
     stage["test_run"] = time.monotonic() - t
-    log.append(res.stderr[-3000:])
-    if res.killed_from_outside:
-        return _env_failure(
-            EnvFailureCause.SANDBOX_CRASH,
-            res.cause or "sandbox killed from outside",
-            flags=flags,
-            runner_exit_code=res.exit_code,
-        )
-    if res.timed_out:
-        return _env_failure(EnvFailureCause.RUNNER_TIMEOUT, f"tests ran past {timeout:g}s", flags=flags)
+    if failed is not None:
+        return failed
 
     t = time.monotonic()
     run = defenses.parse_runner_output(res.stdout, nonce, canary_ids)
@@ -763,6 +742,44 @@ def _grade_in(
     return _Outcome("ok", None, resolved, tests, rc, flags, sum(f2p) / len(f2p) if f2p else None)
 
 
+def _exec_runner(
+    sandbox: Sandbox,
+    runner: str,
+    cfg: dict,
+    nonce: str,
+    python: str,
+    timeout: float,
+    log: list[str],
+    flags: list[Flag],
+    *,
+    env: dict[str, str] | None = None,
+    args: tuple[str, ...] = (),
+) -> tuple[Any, _Outcome | None]:
+    """Run a hardened runner (its source in ``LEGORL_RUNNER``, the nonce and ``cfg`` on stdin) with
+    ``python -I -S -B`` after removing any bytecode a diff smuggled in; (the exec result, None) or
+    (it, the environment failure it amounts to: killed from outside, timed out)."""
+    script = (
+        "find . -name __pycache__ -prune -exec rm -rf {} + 2>/dev/null; "
+        "find . \\( -name '*.pyc' -o -name '*.pyo' \\) -delete 2>/dev/null; "
+        f'LEGORL_PYTHONPATH="${{PYTHONPATH:-}}" exec {shlex.quote(python)} -I -S -B '
+        f'{" ".join(shlex.quote(a) for a in args)} -c "$LEGORL_RUNNER"'
+    )
+    res = sandbox.exec(
+        script,
+        timeout=timeout,
+        env={"PYTHONHASHSEED": "0", "LEGORL_RUNNER": runner, **(env or {})},
+        max_output_bytes=16_000_000,
+        stdin=nonce + "\n" + json.dumps(cfg) + "\n",
+    )
+    log.append(res.stderr[-3000:])
+    if res.killed_from_outside:
+        cause = res.cause or "sandbox killed from outside"
+        return res, _env_failure(EnvFailureCause.SANDBOX_CRASH, cause, flags=flags, runner_exit_code=res.exit_code)
+    if res.timed_out:
+        return res, _env_failure(EnvFailureCause.RUNNER_TIMEOUT, f"tests ran past {timeout:g}s", flags=flags)
+    return res, None
+
+
 _SYMPY_WATCH = [
     ("sympy.testing.runtests", "sympy/testing/runtests.py"),
     ("sympy.utilities.runtests", "sympy/utilities/runtests.py"),
@@ -793,27 +810,12 @@ def _sympy_run(sandbox, task, expected, flags, python, timeout, log, stage) -> _
         "runtests": runtests,
         "seed": 0,
     }
-    script = (
-        "find . -name __pycache__ -prune -exec rm -rf {} + 2>/dev/null; "
-        "find . \\( -name '*.pyc' -o -name '*.pyo' \\) -delete 2>/dev/null; "
-        f'LEGORL_PYTHONPATH="${{PYTHONPATH:-}}" exec {shlex.quote(python)} -I -S -B -W ignore::UserWarning '
-        '-W ignore::SyntaxWarning -c "$LEGORL_RUNNER"'
-    )
-    env = {"PYTHONHASHSEED": "0", "LEGORL_RUNNER": sympy_runner.RUNNER}
-    res = sandbox.exec(
-        script, timeout=timeout, env=env, max_output_bytes=16_000_000, stdin=nonce + "\n" + json.dumps(cfg) + "\n"
-    )
+    # SWE-bench runs bin/test with PYTHONWARNINGS=ignore::UserWarning,ignore::SyntaxWarning
+    warn = ("-W", "ignore::UserWarning", "-W", "ignore::SyntaxWarning")
+    res, failed = _exec_runner(sandbox, sympy_runner.RUNNER, cfg, nonce, python, timeout, log, flags, args=warn)
     stage["test_run"] = time.monotonic() - t
-    log.append(res.stderr[-3000:])
-    if res.killed_from_outside:
-        return _env_failure(
-            EnvFailureCause.SANDBOX_CRASH,
-            res.cause or "sandbox killed from outside",
-            flags=flags,
-            runner_exit_code=res.exit_code,
-        )
-    if res.timed_out:
-        return _env_failure(EnvFailureCause.RUNNER_TIMEOUT, f"tests ran past {timeout:g}s", flags=flags)
+    if failed is not None:
+        return failed
     run = sympy_runner.parse_output(res.stdout, nonce, canary_names)
     if not run.complete:
         return _env_failure(
