@@ -103,6 +103,7 @@ RESULT_KEYS: dict[str, tuple[str, ...]] = {
         "by_repo",
         "wall_s",
         "report",
+        "cache",
     ),
     # legorl.bench.rollout.run_rollout_bench
     "rollout": (

@@ -12,7 +12,8 @@ Result keys (:data:`legorl.bench.schema.RESULT_KEYS` ``["swebench"]``):
 * ``instances_per_min``: instances checked per minute of wall time in this run;
 * ``env_layers``: per (repo, version) layer: ``key``, ``bytes``, ``build_seconds``, ``dropped``
   (optional requirements PyPI did not have), ``instances``;
-* ``by_repo``: ``{repo: [validated, instances]}``; ``wall_s``; ``report`` (the JSON-lines report).
+* ``by_repo``: ``{repo: [validated, instances]}``; ``wall_s``; ``report`` (the JSON-lines report);
+  ``cache``: the image cache's budget, size and this run's hits, builds and evictions.
 
 The check is resumable: instances already in ``report`` are not checked again (their results count).
 """
@@ -107,4 +108,7 @@ def run_swebench_bench(
         "by_repo": by_repo,
         "wall_s": round(wall, 1),
         "report": str(report),
+        # an eviction during the check means the budget (LEGORL_IMAGE_CACHE_BYTES) cannot hold every
+        # layer the suite needs: a second check would build some again
+        "cache": {"max_bytes": cache.max_bytes, "total_bytes": cache.total_bytes(), **cache.stats.as_dict()},
     }

@@ -43,19 +43,34 @@ def build(
     base_commit: str = typer.Option("", "--base-commit", help="Base commit for --source git repositories."),
     backend: str = typer.Option("bwrap", "--backend", help="bwrap | podman | docker"),
     workers: int = typer.Option(4, "--workers", min=1, help="Parallel builders."),
+    repos: list[str] = typer.Option([], "--repos", help="With --suite: only these repositories (owner/name)."),
+    instances: list[str] = typer.Option([], "--instances", help="With --suite: only these instance ids."),
     as_json: bool = typer.Option(False, "--json", help="Print stats as JSON."),
 ) -> None:
-    """Build (pre-warm) the base, env and instance layers of tasks or source directories."""
+    """Build (pre-warm) the base, env and instance layers of tasks or source directories (a SWE-bench
+    suite's env layers come from SWE-bench's specs)."""
     from legorl.sandbox.images import InstanceRecipe
 
     # a LegoRLError goes to the CLI's central handler (legorl.cli): one line on stderr
     be = _backend(backend)
     items: list = [InstanceRecipe(Path(s).resolve(), base_commit) for s in source]
+    unsupported: dict[str, str] = {}
     if suite:
+        from legorl.errors import UnsupportedEnvironment
+        from legorl.sandbox.images import spec_recipes
+        from legorl.tasks.cli import split_list
+        from legorl.tasks.environment import sandbox_spec
         from legorl.tasks.loader import load_suite
 
         for name in suite:
-            items += load_suite(name)
+            for task in load_suite(name, repos=split_list(repos), instances=split_list(instances)):
+                if task.environment is None:
+                    items.append(task)
+                    continue
+                try:  # SWE-bench instances: their env layer from SWE-bench's spec
+                    items.append((task.instance_id, *spec_recipes(sandbox_spec(task, be))))
+                except UnsupportedEnvironment as exc:
+                    unsupported[task.instance_id] = str(exc)
     if backend != "bwrap":
         be.base_layer()
     if not items and backend == "bwrap":
@@ -63,7 +78,7 @@ def build(
         raise typer.Exit(1)
     handle = be.cache.prewarm(items, backend=be, workers=workers)
     results = handle.wait()
-    failed = {k: str(v) for k, v in results.items() if isinstance(v, BaseException)}
+    failed = {k: str(v) for k, v in results.items() if isinstance(v, BaseException)} | unsupported
     out = {
         "built": len(results) - len(failed),
         "failed": failed,

@@ -910,13 +910,17 @@ class ImageCache:
     def prewarm(
         self, tasks: Iterable[Any], backend: LayerBuilder, env: EnvRecipe | None = None, workers: int = 4
     ) -> PrewarmHandle:
-        """Build the layers of ``tasks`` (Task records with ``source_dir``, or InstanceRecipes) in a
-        background thread pool; returns a handle at once. ``backend`` builds them (its base layer
+        """Build the layers of ``tasks`` (Task records with ``source_dir``, InstanceRecipes, or
+        ``(name, InstanceRecipe, EnvRecipe)`` for a task with its own environment) in a background
+        thread pool; returns a handle at once. ``backend`` builds them (its base layer
         decides the rest), normally one whose cache is this one."""
         pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="legorl-prewarm")
         futures: dict[str, Future] = {}
         for t in tasks:
-            if isinstance(t, InstanceRecipe):
+            layer_env = env
+            if isinstance(t, tuple):  # (name, InstanceRecipe, EnvRecipe): a task's own environment
+                name, recipe, layer_env = t
+            elif isinstance(t, InstanceRecipe):
                 name, recipe = str(t.source_dir), t
             else:
                 name = getattr(t, "instance_id", str(t))
@@ -926,7 +930,7 @@ class ImageCache:
                     futures[name] = fut
                     continue
                 recipe = InstanceRecipe(Path(t.source_dir), getattr(t, "base_commit", "") or "")
-            futures[name] = pool.submit(backend.prepare_layers, recipe, env)
+            futures[name] = pool.submit(backend.prepare_layers, recipe, layer_env)
         return PrewarmHandle(futures, pool)
 
 
