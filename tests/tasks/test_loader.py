@@ -47,7 +47,7 @@ def test_builtin_trivial_suite():
 
 def test_get_task_and_unknown():
     assert get_task("legorl__trivial-002").instance_id == "legorl__trivial-002"
-    with pytest.raises(TaskError, match="no built-in task"):
+    with pytest.raises(TaskError, match="no built-in or SWE-bench task 'legorl__nope-999'"):
         get_task("legorl__nope-999")
     with pytest.raises(TaskError, match="trivial"):
         load_suite("no-such-suite")
