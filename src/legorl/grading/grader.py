@@ -706,14 +706,7 @@ def _grade_in(
     if run.tamper:
         forged.append("pytest/builtins replaced at run time: " + ", ".join(run.tamper[:8]))
     if forged:
-        flags.append(
-            Flag(
-                kind="forged_results",
-                severity="blocking",
-                evidence={"source": "runner", "detail": "; ".join(forged)[:1500]},
-            )
-        )
-        log.append("result cross-check failed: " + "; ".join(forged))
+        flags.append(_forged(forged, log))
     stage["parse"] = time.monotonic() - t
     f2p = [tests[n] == "passed" for n in task.FAIL_TO_PASS]
     resolved = not forged and run.rc == 1 and all(v == "passed" for v in tests.values())
@@ -740,6 +733,14 @@ def _grade_in(
     ):
         rc = 0
     return _Outcome("ok", None, resolved, tests, rc, flags, sum(f2p) / len(f2p) if f2p else None)
+
+
+def _forged(reasons: list[str], log: list[str]) -> Flag:
+    """The blocking flag of a run whose results do not hold up (why, logged too)."""
+    log.append("result cross-check failed: " + "; ".join(reasons))
+    return Flag(
+        kind="forged_results", severity="blocking", evidence={"source": "runner", "detail": "; ".join(reasons)[:1500]}
+    )
 
 
 def _exec_runner(
@@ -844,14 +845,7 @@ def _sympy_run(sandbox, task, expected, flags, python, timeout, log, stage) -> _
             )
         )
     if forged:
-        flags.append(
-            Flag(
-                kind="forged_results",
-                severity="blocking",
-                evidence={"source": "runner", "detail": "; ".join(forged)[:1500]},
-            )
-        )
-        log.append("result cross-check failed: " + "; ".join(forged))
+        flags.append(_forged(forged, log))
     passing = ("passed", "xfail")  # SWE-bench's rule: an expected failure that still fails is a pass
     resolved = not forged and all(v in passing for v in tests.values())
     f2p = [tests[n] in passing for n in task.FAIL_TO_PASS]
