@@ -37,6 +37,7 @@ from functools import cache
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
+from legorl.diffs import touched_paths
 from legorl.errors import TaskError
 from legorl.grading.rules import is_test_support
 from legorl.grading.sympy_runner import RUNNER_FILES
@@ -50,6 +51,7 @@ __all__ = [
     "GitRepos",
     "commit_tree",
     "is_pytest_id",
+    "names_repository_file",
     "InstanceStatus",
     "RepoSource",
     "SwebenchSuite",
@@ -373,7 +375,13 @@ def load_swebench_suite(
             env = _environment(t, source, tree)
             update: dict[str, object] = {"source_dir": tree, "tier": "swebench", "environment": env}
             if env.runner == "pytest":
-                update |= {k: [i for i in getattr(t, k) if is_pytest_id(i)] for k in ("FAIL_TO_PASS", "PASS_TO_PASS")}
+                # the parser also reads the reports of pytest runs *inside* tests (pytester): ids of
+                # files that exist in neither the tree nor the test patch name no test of the repository
+                added = set(touched_paths(t.test_patch))
+                update |= {
+                    k: [i for i in getattr(t, k) if is_pytest_id(i) and names_repository_file(i, tree, added)]
+                    for k in ("FAIL_TO_PASS", "PASS_TO_PASS")
+                }
             support = [str(p.relative_to(tree)) for p in tree.glob("*/testing/**/*.py")]
             support += [str(p.relative_to(tree)) for p in tree.glob("src/*/testing/**/*.py")]
             if env.runner == "sympy":  # its runner is test infrastructure: protected like the tests
@@ -391,6 +399,12 @@ def is_pytest_id(test: str) -> bool:
     """A pytest node id (``path.py::name``, or a module); SWE-bench's lists also hold artifacts of
     its log parser (``[100%]``), which name no test and are left out."""
     return "::" in test or test.endswith(".py")
+
+
+def names_repository_file(test: str, tree: Path, added: set[str]) -> bool:
+    """The test id's file exists in ``tree`` or among the ``added`` paths of the test patch."""
+    path = test.split("::", 1)[0]
+    return path in added or (tree / path).is_file()
 
 
 def _environment(task: Task, source: RepoSource, tree: Path) -> TaskEnvironment:
