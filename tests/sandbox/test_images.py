@@ -24,6 +24,7 @@ from legorl.sandbox.images import (
     ImageDiskFullError,
     InstanceRecipe,
     bwrap_base_recipe,
+    dir_bytes,
 )
 
 pytestmark = pytest.mark.sandbox
@@ -281,3 +282,17 @@ def test_disk_full_on_a_real_tiny_filesystem(tmp_path: Path, source: Path):
         assert list((cache.root / "tmp").iterdir()) == []
     finally:
         subprocess.run(["umount", "-l", str(mnt)])
+
+
+def test_hard_linked_files_count_their_share(tmp_path: Path):
+    """uv hard-links installed files to its cache: a layer counts each such file's share, so the
+    cache's total is the disk it uses and its budget holds every layer it builds."""
+    shared = tmp_path / "uv-cache" / "big.so"
+    shared.parent.mkdir()
+    shared.write_bytes(os.urandom(64 * 1024))
+    layer = tmp_path / "layer"
+    layer.mkdir()
+    (layer / "own.py").write_bytes(os.urandom(16 * 1024))
+    os.link(shared, layer / "big.so")  # two links: the cache's and this layer's
+    os.link(layer / "own.py", layer / "own-again.py")  # two links, both in the layer: counted in full
+    assert dir_bytes(layer) == 16 * 1024 + 32 * 1024

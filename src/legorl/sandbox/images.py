@@ -569,13 +569,21 @@ def _pid_alive(pid: int) -> bool:
 
 
 def dir_bytes(path: Path) -> int:
+    """Disk bytes of ``path``. A file hard-linked from outside (uv links installed files to its own
+    cache, hence to the other layers that install them) counts its share, links here / ``st_nlink``:
+    summed over the layers, the cache's total is the disk it really uses."""
     total = 0
+    linked: dict[int, list[int]] = {}  # inode -> [bytes, links seen here, st_nlink]
     for dirpath, dirnames, filenames in os.walk(path):
         for name in filenames + dirnames:
             with contextlib.suppress(OSError):
                 st = os.lstat(os.path.join(dirpath, name))
-                total += st.st_blocks * 512 if st.st_blocks else st.st_size
-    return total
+                size = st.st_blocks * 512 if st.st_blocks else st.st_size
+                if st.st_nlink > 1 and not stat.S_ISDIR(st.st_mode):
+                    linked.setdefault(st.st_ino, [size, 0, st.st_nlink])[1] += 1
+                else:
+                    total += size
+    return total + sum(size * min(seen, nlink) // nlink for size, seen, nlink in linked.values())
 
 
 @contextlib.contextmanager
