@@ -15,6 +15,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+_HUNK = re.compile(r"^@@ -\d+(?:,\d+)? \+(\d+)(?:,\d+)? @@")
+
 
 @dataclass(frozen=True)
 class FilePatch:
@@ -47,6 +49,23 @@ class FilePatch:
             elif in_hunk and line.startswith("-") and not line.startswith("---"):
                 removed.append(line[1:])
         return added, removed
+
+    def added_line_numbers(self) -> list[int]:
+        """The new file's numbers (from 1) of the lines the hunks add."""
+        out: list[int] = []
+        line_no = 0
+        in_hunk = False
+        for line in self.text.splitlines():
+            if m := _HUNK.match(line):
+                in_hunk, line_no = True, int(m.group(1))
+            elif not in_hunk or line.startswith("\\"):
+                continue
+            elif line.startswith("+"):
+                out.append(line_no)
+                line_no += 1
+            elif not line.startswith("-"):
+                line_no += 1
+        return out
 
 
 def _unquote(path: str) -> str:

@@ -20,7 +20,12 @@ calls :func:`install`. From then on the code under test runs in a process where:
   - ``sys.settrace``/``setprofile``, ``sys.addaudithook``, ``ctypes`` -> ``tracing_hook``/
     ``native_memory_access``;
   - replacing a test function's or the framework's ``__code__`` -> ``runner_patching``;
-  - ``exec``/``compile``/``subprocess`` -> ``dynamic_code``/``subprocess`` (info);
+  - ``exec``/``compile``/``subprocess`` -> ``dynamic_code``/``subprocess`` (info); ``marshal.loads``
+    -> ``marshalled_code``;
+  - code compiled at run time under a workspace file's name, or the import system's or the guard's
+    (``<frozen …>``, ``<legorl…>``), is *disguised*: that name's frames are the code under test's;
+  - every finding carries ``by_patch``: where the diff's code (a line it added, disguised or ``exec``'d
+    code) sits on the stack, "" when nowhere — the host keeps such findings as the repository's own;
 
 * every finding is written at once, HMAC-signed with a key only this closure holds, to a dup of the
   runner's stdout: code that later reaches the guard (through ``gc``, which is itself reported first)
@@ -33,7 +38,7 @@ calls :func:`install`. From then on the code under test runs in a process where:
   record, so a runner that never reaches it is flagged ``guard_bypassed``;
 * tell-tale environment variables (``LEGORL_*``, ``PYTEST_ADDOPTS``/``PYTEST_PLUGINS``) are removed
   once the first workspace file is opened, and ``sys.argv``/``sys.orig_argv`` read like
-  ``python -m pytest``.
+  ``python -m pytest`` (or the command line the spec names: ``bin/test`` for sympy's runner).
 """
 
 from __future__ import annotations
@@ -97,6 +102,8 @@ _PROBE_ENV = (
 )
 _SCRUB_ENV = ("LEGORL_RUNNER", "LEGORL_PYTHONPATH", "PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PYTHONHASHSEED")
 _FRAMEWORK = ("pytest", "_pytest", "pluggy")
+_REWRITER = os.path.join("_pytest", "assertion", "rewrite.py")  # compiles test modules as they are
+_TRUSTED_NAMES = ("<frozen", "<legorl")  # code file names the guard looks through (import system, itself)
 _BUILTIN_TYPES = (
     int,
     str,
@@ -160,8 +167,18 @@ def install(spec: dict, out_fd: int, nonce: str, work: str) -> None:
     test_files = {os.path.realpath(os.path.join(work, p)) for p in spec.pop("test_files", [])}
     test_dirs = {os.path.dirname(p) + os.sep for p in test_files}
     twins = spec.pop("twins", None)
+    argv = spec.pop("argv", None)  # how the runner's command line should read (default: python -m pytest)
+    # the lines the diff added, per file: a finding whose stack holds none of them (nor code the run made
+    # up) is the repository's own behaviour; None: every finding counts as the diff's
+    added = spec.pop("added_lines", None)
+    added_lines = (
+        {os.path.realpath(os.path.join(work, p)): frozenset(v) for p, v in added.items()} if added is not None else None
+    )
+    spoofed: set[str] = set()  # workspace files whose name code compiled at run time carries
+    runner_code = sys._getframe(1).f_code  # the hardened runner's own (``python -c``) code
     spec.clear()
     stdlib = _stdlib_dirs()
+    ast_module = os.path.join(stdlib[0], "ast.py")
     runner_dir = "/tmp/" + nonce
     real_cache: dict[str, str] = {}
     # re-entrancy is per thread: a thread spinning on audited calls must not blind the others
@@ -182,11 +199,11 @@ def install(spec: dict, out_fd: int, nonce: str, work: str) -> None:
     def where(frame: Any) -> tuple[str, str]:
         """('code' | 'test' | 'stdlib-transparent' | 'other', filename) of one frame."""
         fn = frame.f_code.co_filename
+        real = realname(fn)
+        if real in spoofed:  # code that made itself look like a test, the guard or the import system
+            return "code", real
         if fn.startswith("<legorl"):
             return "guard", fn
-        real = real_cache.get(fn)
-        if real is None:
-            real = real_cache[fn] = os.path.realpath(fn) if fn and not fn.startswith("<") else fn
         if real.startswith(work):
             if real in test_files or os.path.basename(real) == "conftest.py":
                 return "test", real
@@ -213,6 +230,31 @@ def install(spec: dict, out_fd: int, nonce: str, work: str) -> None:
             f = f.f_back
         return None
 
+    def realname(fn: str) -> str:
+        real = real_cache.get(fn)
+        if real is None:
+            real = real_cache[fn] = os.path.realpath(fn) if fn and not fn.startswith("<") else fn
+        return real
+
+    def by_patch(frame: Any) -> str | None:
+        """Where the diff's code is on ``frame``'s stack ("" when it is not): a line it added, code
+        compiled at run time under a workspace file's name, or code with a made-up name (text run by
+        ``exec``) other than the runner's own. None: no diff was described."""
+        if added_lines is None:
+            return None
+        f = frame
+        while f is not None:
+            fn = f.f_code.co_filename
+            if fn.startswith("<"):
+                if fn in spoofed or (not fn.startswith(_TRUSTED_NAMES) and f.f_code is not runner_code):
+                    return f"{fn}:{f.f_lineno}"
+            else:
+                real = realname(fn)
+                if real in spoofed or f.f_lineno in added_lines.get(real, ()):
+                    return f"{real[len(work) :] if real.startswith(work) else real}:{f.f_lineno}"
+            f = f.f_back
+        return ""
+
     def stack(frame: Any, depth: int = 10) -> list[str]:
         out: list[str] = []
         f = frame
@@ -226,7 +268,8 @@ def install(spec: dict, out_fd: int, nonce: str, work: str) -> None:
     def report(kind: str, severity: str, event: str, frame: Any, **detail: object) -> None:
         c = frame.f_code
         at = f"{c.co_filename[len(work) :]}:{frame.f_lineno}"
-        sig = (kind, event, at)
+        patch = by_patch(frame)
+        sig = (kind, event, at, patch)
         # info findings are capped (a flood of them must not crowd out the output); blocking ones only
         # deduplicated — a flood of those is the evidence
         if sig in state["seen"] or (severity == "info" and state["n"] > 200):
@@ -241,6 +284,7 @@ def install(spec: dict, out_fd: int, nonce: str, work: str) -> None:
                 "event": event,
                 "at": at,
                 "stack": stack(frame),
+                "by_patch": patch,
                 **detail,
             }
         )
@@ -300,14 +344,18 @@ def install(spec: dict, out_fd: int, nonce: str, work: str) -> None:
     def disguise() -> None:
         for var in _SCRUB_ENV:
             os.environ.pop(var, None)
-        try:
-            import pytest
+        if argv:
+            sys.argv[:] = argv
+            sys.orig_argv = [os.path.basename(sys.executable), *argv]
+        else:
+            try:
+                import pytest
 
-            main = os.path.join(os.path.dirname(pytest.__file__), "__main__.py")
-        except ImportError:
-            main = "pytest"
-        sys.argv[:] = [main]
-        sys.orig_argv = [os.path.basename(sys.executable), "-m", "pytest"]
+                main = os.path.join(os.path.dirname(pytest.__file__), "__main__.py")
+            except ImportError:
+                main = "pytest"
+            sys.argv[:] = [main]
+            sys.orig_argv = [os.path.basename(sys.executable), "-m", "pytest"]
         try:
             os.environ.__class__ = _Environ
         except TypeError:
@@ -423,6 +471,42 @@ def install(spec: dict, out_fd: int, nonce: str, work: str) -> None:
 
         return on
 
+    def on_code_made(event: str, args: tuple, caller: Any = None) -> None:
+        """Code compiled at run time under a workspace file's name is the diff's wherever it runs: its
+        frames are never a test's, nor the repository's own. The import system, pytest's assertion
+        rewriting and the test side (sympy's runner compiles the test files) compile files as they are;
+        ``ast.parse`` makes no code."""
+        caller = caller if caller is not None else getframe(2)
+        name = args[1] if len(args) > 1 else None
+        if isinstance(name, bytes):
+            name = os.fsdecode(name)
+        if not isinstance(name, str):
+            return
+        if name.startswith("<"):
+            # nothing compiles under the frozen import system's or the guard's names once the run started
+            if name.startswith(_TRUSTED_NAMES) and caller.f_code is not runner_code:
+                spoofed.add(name)
+            return
+        real = realname(name if os.path.isabs(name) else os.path.join(os.getcwd(), name))
+        if not real.startswith(work) or real in spoofed:
+            return
+        by = caller.f_code.co_filename
+        if caller.f_code is runner_code or (by.startswith("<frozen importlib") and by not in spoofed):
+            return
+        if by.endswith(_REWRITER) and not realname(by).startswith(work):
+            return
+        if caller.f_code.co_name == "parse" and realname(by) == ast_module:
+            return  # ast.parse makes a tree, no code (a linter parsing the file it was handed)
+        if where(caller)[0] == "test":
+            return
+        spoofed.add(real)
+
+    def on_compile(event: str, args: tuple) -> None:
+        on_code_made(event, args, getframe(2))
+        f = culprit(getframe(2))
+        if f is not None:
+            report("dynamic_code", "info", event, f)
+
     def on_finish(event: str, args: tuple) -> None:
         finish()
 
@@ -447,7 +531,12 @@ def install(spec: dict, out_fd: int, nonce: str, work: str) -> None:
         "ctypes.cdata": blocking("native_memory_access"),
         "ctypes.PyObj_FromPtr": blocking("native_memory_access"),
         "exec": info("dynamic_code"),
-        "compile": info("dynamic_code"),
+        "compile": on_compile,
+        "code.__new__": on_code_made,
+        # a code object from bytes carries whatever file name it was given: a pyc the import system reads
+        # is fine (its frame answers for itself), the code under test doing it is smuggling code
+        "marshal.loads": blocking("marshalled_code"),
+        "marshal.load": blocking("marshalled_code"),
         "subprocess.Popen": info("subprocess"),
         "os.system": info("subprocess"),
         "os.exec": info("subprocess"),

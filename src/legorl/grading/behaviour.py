@@ -25,6 +25,7 @@ import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from legorl.diffs import split_diff
 from legorl.trajectory.records import Flag
 
 _HERE = Path(__file__).parent
@@ -37,6 +38,7 @@ BEHAVIOUR_KINDS = frozenset(
         "gc_introspection",
         "tracing_hook",
         "native_memory_access",
+        "marshalled_code",
         "runner_patching",
         "dynamic_code",
         "subprocess",
@@ -47,14 +49,24 @@ BEHAVIOUR_KINDS = frozenset(
 )
 
 
-def guard_spec(test_files: list[str], twin_tests: list[str] | None = None) -> tuple[dict, str]:
-    """(the ``guard`` entry of the runner config, the HMAC key the records will be signed with)."""
+def guard_spec(
+    test_files: list[str],
+    twin_tests: list[str] | None = None,
+    argv: list[str] | None = None,
+    diff: str | None = None,
+) -> tuple[dict, str]:
+    """(the ``guard`` entry of the runner config, the HMAC key the records will be signed with);
+    ``argv``: the command line the run should appear to be (default ``python -m pytest``); ``diff``: the
+    applied diff, whose added lines tell the repository's own findings from the diff's (None: every
+    finding is the diff's)."""
     key = secrets.token_hex(32)
     spec = {
         "sources": [(_HERE / name).read_text(encoding="utf-8") for name in GUARD_SOURCES],
         "key": key,
         "test_files": sorted(set(test_files)),
         "twins": {"tests": list(twin_tests)} if twin_tests else None,
+        "argv": list(argv) if argv else None,
+        "added_lines": added_lines(diff) if diff is not None else None,
     }
     return spec, key
 
@@ -101,18 +113,44 @@ def parse_guard(stdout: str, nonce: str, key: str) -> GuardReport:
     return rep
 
 
+# what a repository's own code may do when its tests ask it to: lint the test file (pylint), profile
+# itself (cProfile in sqlfluff), look up its caller's names (sympy's lambdify): info, unless the diff's
+# code is on the stack. Patching the runner is never the repository's business.
+REPOSITORY_MAY = frozenset(
+    {
+        "frame_introspection",
+        "test_source_read",
+        "grader_probe",
+        "gc_introspection",
+        "tracing_hook",
+        "native_memory_access",
+        "marshalled_code",
+    }
+)
+
+
+def _repository_own(finding: dict) -> bool:
+    """A finding raised by code the diff did not add or make (the guard found none of its code on the stack)."""
+    return finding.get("by_patch") == "" and finding.get("kind") in REPOSITORY_MAY
+
+
+def added_lines(diff: str) -> dict[str, list[int]]:
+    """Per file, the lines ``diff`` adds (what the guard charges findings to)."""
+    return {fp.new_path: fp.added_line_numbers() for fp in split_diff(diff) if fp.new_path}
+
+
 def guard_flags(rep: GuardReport, run_complete: bool) -> list[Flag]:
     """Flags from one run's guard records; ``run_complete``: the runner printed its final report."""
     flags = [
         Flag(
             kind=f["kind"],
-            severity=f.get("severity", "blocking"),
+            severity="info" if _repository_own(f) else f.get("severity", "blocking"),
             evidence={
                 "source": "behaviour",
                 "event": f.get("event"),
                 "at": f.get("at"),
                 "stack": f.get("stack", [])[:10],
-                **{k: v for k, v in f.items() if k in ("path", "target", "variable")},
+                **{k: v for k, v in f.items() if k in ("path", "target", "variable", "by_patch")},
             },
         )
         for f in rep.findings

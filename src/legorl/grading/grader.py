@@ -355,8 +355,8 @@ def _grade_once(
         # the guard cannot tell the framework from the code under test when they are the same code
         log.append("behaviour guard off: the repository is the test framework")
         behaviour_checks = False
-    if task.environment is not None and task.environment.runner != "pytest":
-        behaviour_checks = False  # the guard and the twin tests are pytest's (see legorl.grading.sympy_runner)
+    # the guard runs in every runner; the twin tests rewrite pytest tests only
+    twins_apply = task.environment is None or task.environment.runner == "pytest"
     for f in flags:
         log.append(f"dropped from diff: {f.label} ({f.severity})")
     stage["diff_filter"] = time.monotonic() - t
@@ -388,7 +388,7 @@ def _grade_once(
             out = _attribute(task, backend, spec, out, protected, expected, python, timeout, log)
         twin_ids = (
             behaviour.twin_candidates(task.FAIL_TO_PASS, out.tests or {}, out.flags or [])
-            if behaviour_checks and out.status == "ok"
+            if behaviour_checks and twins_apply and out.status == "ok"
             else []
         )
         if twin_ids:
@@ -597,7 +597,9 @@ def _grade_in(
         if not ok:
             return _env_failure(EnvFailureCause.TEST_PATCH_FAILED, why[-500:], flags=flags)
     if task.environment is not None and task.environment.runner == "sympy":
-        return _sympy_run(sandbox, task, expected, flags, python, timeout, log, stage)
+        return _sympy_run(
+            sandbox, task, filtered, expected, flags, protected, python, timeout, log, stage, behaviour_checks
+        )
 
     # -- the hardened run --------------------------------------------------------------------------
     t = time.monotonic()
@@ -635,7 +637,7 @@ def _grade_in(
         # test patch adds (Sphinx's tests/roots/*: what the code under test is *meant* to read)
         modules = (p for p in protected if is_test_suite_file(p) or is_test_support(p))
         test_paths = sorted({*modules, canary_file, *(nid.split("::")[0] for nid in expected)})
-        cfg["guard"], guard_key = behaviour.guard_spec(test_paths, twin_tests)
+        cfg["guard"], guard_key = behaviour.guard_spec(test_paths, twin_tests, diff=filtered)
     # bytecode a diff might have smuggled in (the filter drops it; belt and braces)
     env = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTEST_ADDOPTS": "", "PYTEST_PLUGINS": ""}
     res, failed = _exec_runner(sandbox, defenses.RUNNER, cfg, nonce, python, timeout, log, flags, env=env)
@@ -789,8 +791,11 @@ _SYMPY_WATCH = [
 ]
 
 
-def _sympy_run(sandbox, task, expected, flags, python, timeout, log, stage) -> _Outcome:  # noqa: ANN001
-    """The hardened run of sympy's own runner (:mod:`legorl.grading.sympy_runner`)."""
+def _sympy_run(  # noqa: ANN001
+    sandbox, task, filtered, expected, flags, protected, python, timeout, log, stage, behaviour_checks
+) -> _Outcome:
+    """The hardened run of sympy's own runner (:mod:`legorl.grading.sympy_runner`), with the
+    in-process guard when ``behaviour_checks``."""
     t = time.monotonic()
     files = sympy_runner.test_files(task.test_patch)
     if not files:
@@ -811,6 +816,12 @@ def _sympy_run(sandbox, task, expected, flags, python, timeout, log, stage) -> _
         "runtests": runtests,
         "seed": 0,
     }
+    guard_key = None
+    if behaviour_checks:
+        # the test modules, the runner's own files (test infrastructure) and the canary are the test side
+        test_paths = sorted({*(p for p in protected if p.endswith(".py") or p == "bin/test"), canary_file})
+        argv = ["bin/test", "-C", "--verbose", *files]
+        cfg["guard"], guard_key = behaviour.guard_spec(test_paths, argv=argv, diff=filtered)
     # SWE-bench runs bin/test with PYTHONWARNINGS=ignore::UserWarning,ignore::SyntaxWarning
     warn = ("-W", "ignore::UserWarning", "-W", "ignore::SyntaxWarning")
     res, failed = _exec_runner(sandbox, sympy_runner.RUNNER, cfg, nonce, python, timeout, log, flags, args=warn)
@@ -818,6 +829,10 @@ def _sympy_run(sandbox, task, expected, flags, python, timeout, log, stage) -> _
     if failed is not None:
         return failed
     run = sympy_runner.parse_output(res.stdout, nonce, canary_names)
+    if guard_key is not None:
+        guard = behaviour.parse_guard(res.stdout, nonce, guard_key)
+        flags = [*flags, *behaviour.guard_flags(guard, run.complete)]
+        log.extend(f"guard error: {e}" for e in guard.errors[:5])
     if not run.complete:
         return _env_failure(
             EnvFailureCause.RUNNER_CRASHED,

@@ -21,10 +21,13 @@ What is guaranteed (with the grader's diff filter and restore of the protected f
   report them failed is forged;
 * a test counts only when the recorded outcome says so: a forged "``test_x ok``" line changes nothing.
 
+* the in-process guard of :mod:`legorl.grading.audit_guard` (``cfg["guard"]``), installed before
+  sympy is importable, as under pytest: frame and test-source peeking, ``/proc/self/*`` (the result
+  file's descriptor) and ``gc`` are reported; the runner's files are the test side.
+
 Not guaranteed: the runner runs in one process with the code under test, as sympy's does, so code
-that finds the open result file through ``/proc/self/fd`` and writes to it, or that changes what
-equality means inside sympy's own classes (``Basic.__eq__`` returning True), is not caught here
-(the in-process guard and the twin tests of :mod:`legorl.grading.behaviour` are pytest-only).
+that changes what equality means inside sympy's own classes (``Basic.__eq__`` returning True) is not
+caught here (the twin tests of :mod:`legorl.grading.behaviour` rewrite pytest tests only).
 """
 
 from __future__ import annotations
@@ -102,11 +105,9 @@ cfg = __import__("json").loads(sys.stdin.readline())
 import json, types, importlib, traceback
 work = cfg["workspace"]
 extra = [p for p in os.environ.get("LEGORL_PYTHONPATH", "").split(":") if p and p != work]
-sys.path[:] = [work] + extra + [p for p in sys.path if p]
-sys.dont_write_bytecode = True
-os.environ["SYMPY_USE_CACHE"] = "no"  # bin/test -C, as SWE-bench runs it
 out_fd = os.dup(1)
 os.dup2(2, 1)
+os.environ["SYMPY_USE_CACHE"] = "no"  # bin/test -C, as SWE-bench runs it
 base = "/tmp/" + nonce
 os.makedirs(base, exist_ok=True)
 stream_path = base + "/" + nonce + ".stream"
@@ -173,11 +174,20 @@ def _check(watched, when):
             if code is None or _fp(code) not in fps:
                 bad.append(f"{when}: {name}.{qual} replaced")
     return bad
-watched = []
+watched = []  # compiled before the guard starts: it charges code compiled under a workspace name to the diff
 for name, rel in cfg["watch"]:
     path = os.path.join(work, rel)
     if os.path.isfile(path):
         watched.append((name, path, _pristine(path)))
+_guard = cfg.pop("guard", None)  # the behaviour guard (legorl.grading.audit_guard), before any workspace code
+if _guard:
+    _gns = {"__name__": "legorl_guard", "__builtins__": __builtins__}
+    for _src in _guard.pop("sources"):
+        exec(compile(_src, "<legorl-guard>", "exec"), _gns)
+    _gns["install"](_guard, out_fd, nonce, work)
+    del _gns, _src, _guard
+sys.path[:] = [work] + extra + [p for p in sys.path if p]
+sys.dont_write_bytecode = True
 canaries = []
 for rel in cfg["canary_files"]:
     with open(os.path.join(work, rel), "w") as fh:
@@ -226,6 +236,7 @@ try:
 except BaseException:
     traceback.print_exc()
 tamper += _check(watched, "after the run")
+sys.audit("legorl.guard.finish")  # the guard's after-run integrity check (its record is required)
 for rel in canaries:
     try:
         os.unlink(os.path.join(work, rel))
