@@ -237,9 +237,9 @@ def install(spec: dict, out_fd: int, nonce: str, work: str) -> None:
         return real
 
     def by_patch(frame: Any) -> str | None:
-        """Where the diff's code is on ``frame``'s stack ("" when it is not): a line it added, code
-        compiled at run time under a workspace file's name, or code with a made-up name (text run by
-        ``exec``) other than the runner's own. None: no diff was described."""
+        """Where the diff's code is on ``frame``'s stack, up to the nearest import ("" when it is not):
+        a line it added, code compiled at run time under a workspace file's name, or code with a
+        made-up name (text run by ``exec``) other than the runner's own. None: no diff was described."""
         if added_lines is None:
             return None
         f = frame
@@ -248,6 +248,11 @@ def install(spec: dict, out_fd: int, nonce: str, work: str) -> None:
             if fn.startswith("<"):
                 if fn in spoofed or (not fn.startswith(_TRUSTED_NAMES) and f.f_code is not runner_code):
                     return f"{fn}:{f.f_lineno}"
+                if fn.startswith("<frozen importlib"):
+                    # an import boundary: the frames beyond it only caused a module to load; what the
+                    # module's own code does then is not theirs (a fix importing sympy.sets, whose
+                    # multipledispatch reads the importing module's names)
+                    return ""
             else:
                 real = realname(fn)
                 if real in spoofed or f.f_lineno in added_lines.get(real, ()):
