@@ -49,6 +49,19 @@ BEHAVIOUR_KINDS = frozenset(
 )
 
 
+# Runner source (both hardened runners embed it): the guard from ``cfg["guard"]``, installed before any
+# workspace code can run; it needs ``cfg``, ``out_fd`` (the runner's private stdout), ``nonce``, ``work``.
+INSTALL_GUARD = """
+_guard = cfg.pop("guard", None)
+if _guard:
+    _gns = {"__name__": "legorl_guard", "__builtins__": __import__("builtins")}
+    for _src in _guard.pop("sources"):
+        exec(compile(_src, "<legorl-guard>", "exec"), _gns)
+    _gns["install"](_guard, out_fd, nonce, work)
+    del _gns, _src, _guard
+"""
+
+
 def guard_spec(
     test_files: list[str],
     twin_tests: list[str] | None = None,
@@ -116,17 +129,14 @@ def parse_guard(stdout: str, nonce: str, key: str) -> GuardReport:
 # what a repository's own code may do when its tests ask it to: lint the test file (pylint), profile
 # itself (cProfile in sqlfluff), look up its caller's names (sympy's lambdify): info, unless the diff's
 # code is on the stack. Patching the runner is never the repository's business.
-REPOSITORY_MAY = frozenset(
-    {
-        "frame_introspection",
-        "test_source_read",
-        "grader_probe",
-        "gc_introspection",
-        "tracing_hook",
-        "native_memory_access",
-        "marshalled_code",
-    }
-)
+REPOSITORY_MAY = BEHAVIOUR_KINDS - {
+    "runner_patching",
+    "dynamic_code",  # info whoever does it
+    "subprocess",  # info whoever does it
+    "guard_bypassed",
+    "guard_record_forged",
+    "twin_test_passed",
+}
 
 
 def _repository_own(finding: dict) -> bool:

@@ -33,6 +33,7 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from legorl.grading.behaviour import INSTALL_GUARD
 from legorl.trajectory.records import Flag
 
 CANARY_COUNT = 2
@@ -287,7 +288,8 @@ def scan_source_changes(
 
 
 # --------------------------------------------------------------------------------------- runner
-RUNNER = r"""
+RUNNER = (
+    r"""
 import os, sys
 nonce = sys.stdin.readline().strip()
 cfg = __import__("json").loads(sys.stdin.readline())
@@ -363,13 +365,9 @@ for i, rel in enumerate(cfg["canary_files"]):
     with open(full, "w") as fh:
         fh.write(cfg["canary_source"])
     canaries.append(rel)
-_guard = cfg.pop("guard", None)  # the behaviour guard (legorl.grading.audit_guard), before any workspace code
-if _guard:
-    _gns = {"__name__": "legorl_guard", "__builtins__": builtins}
-    for _src in _guard.pop("sources"):
-        exec(compile(_src, "<legorl-guard>", "exec"), _gns)
-    _gns["install"](_guard, out_fd, nonce, work)
-    del _gns, _src, _guard
+"""
+    + INSTALL_GUARD
+    + r"""
 for _p in reversed([*imports, work]):
     if _p not in sys.path:
         sys.path.insert(0, _p)
@@ -400,6 +398,7 @@ blob = json.dumps({"nonce": nonce, "rc": rc, "tamper": tamper, "stream": _read(s
 os.write(out_fd, ("\n<<LEGORL:" + nonce + ">>" + blob + "<<END:" + nonce + ">>\n").encode())
 os._exit(rc)
 """
+)
 
 CANARY_SOURCE = """def test_{n}_a():
     assert 1 + 1 == 3, "canary: must fail"

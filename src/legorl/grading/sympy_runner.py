@@ -36,6 +36,8 @@ import json
 import re
 from dataclasses import dataclass, field
 
+from legorl.grading.behaviour import INSTALL_GUARD
+
 __all__ = ["RUNNER", "RUNNER_FILES", "SympyRun", "canary_source", "parse_output", "test_files"]
 
 # sympy's test infrastructure, in every version SWE-bench covers (those present are protected)
@@ -98,7 +100,8 @@ def parse_output(stdout: str, nonce: str, canary_names: list[str]) -> SympyRun:
     return run
 
 
-RUNNER = r"""
+RUNNER = (
+    r"""
 import os, sys
 nonce = sys.stdin.readline().strip()
 cfg = __import__("json").loads(sys.stdin.readline())
@@ -179,13 +182,9 @@ for name, rel in cfg["watch"]:
     path = os.path.join(work, rel)
     if os.path.isfile(path):
         watched.append((name, path, _pristine(path)))
-_guard = cfg.pop("guard", None)  # the behaviour guard (legorl.grading.audit_guard), before any workspace code
-if _guard:
-    _gns = {"__name__": "legorl_guard", "__builtins__": __builtins__}
-    for _src in _guard.pop("sources"):
-        exec(compile(_src, "<legorl-guard>", "exec"), _gns)
-    _gns["install"](_guard, out_fd, nonce, work)
-    del _gns, _src, _guard
+"""
+    + INSTALL_GUARD
+    + r"""
 sys.path[:] = [work] + extra + [p for p in sys.path if p]
 sys.dont_write_bytecode = True
 canaries = []
@@ -248,3 +247,4 @@ blob = json.dumps({"rc": rc, "stream": stream, "tamper": tamper})
 os.write(out_fd, ("<<LEGORL:" + nonce + ">>" + blob + "<<END:" + nonce + ">>\n").encode())
 os._exit(0)
 """
+)
