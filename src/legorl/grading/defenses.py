@@ -29,10 +29,10 @@ from __future__ import annotations
 import ast
 import json
 import re
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from legorl import pyparse
 from legorl.grading.behaviour import INSTALL_GUARD
 from legorl.trajectory.records import Flag
 
@@ -70,10 +70,8 @@ class _Counts:
 
 def parse_quietly(source: str) -> ast.Module:
     """``ast.parse`` without the warnings old code gives (``"\\s"`` escapes in a 2017 repository):
-    the scan reads the code, it does not report on its style."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return ast.parse(source)
+    the scan reads the code, it does not report on its style. Thread-safe (:mod:`legorl.pyparse`)."""
+    return pyparse.parse(source, quiet=True)
 
 
 def _dotted(node: ast.AST) -> str:
@@ -229,7 +227,7 @@ def statement_literals(text: str) -> set:
             else:
                 raw = m.group(1) if m.group(1) is not None else m.group(2)
                 try:
-                    v = ast.literal_eval(repr(raw)[0] + raw + repr(raw)[0]) if raw else raw
+                    v = pyparse.literal_eval(repr(raw)[0] + raw + repr(raw)[0]) if raw else raw
                 except (SyntaxError, ValueError):
                     v = raw
             if _interesting_literal(v):

@@ -26,6 +26,7 @@ import urllib.request
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
 
+from legorl import pyparse
 from legorl.harnesses.agent_cli import agent_parser, api_key_or_none
 
 if TYPE_CHECKING:
@@ -81,7 +82,7 @@ def answer_line(reply: str) -> tuple[str | None, bool]:
 def is_statement(line: str) -> bool:
     """One Python statement, as a line of a function body (``return`` is allowed)."""
     try:
-        tree = ast.parse("def _f():\n" + textwrap.indent(line.strip(), "    "))
+        tree = pyparse.parse("def _f():\n" + textwrap.indent(line.strip(), "    "))
     except SyntaxError:
         return False
     body = tree.body[0]

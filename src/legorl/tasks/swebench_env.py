@@ -43,6 +43,7 @@ from pathlib import Path
 
 import yaml
 
+from legorl import pyparse
 from legorl.errors import TaskError
 from legorl.sandbox.base import WORKSPACE
 from legorl.tasks.model import Task, TaskEnvironment
@@ -146,7 +147,7 @@ def declared_requirements(tree: Path) -> list[str]:
         raw = ""
     reqs = [line.strip() for line in raw.splitlines() if line.strip() and not line.strip().startswith("#")]
     try:
-        module = ast.parse((tree / "setup.py").read_text(encoding="utf-8"))
+        module = pyparse.parse((tree / "setup.py").read_text(encoding="utf-8"), quiet=True)
     except (OSError, SyntaxError, ValueError, UnicodeDecodeError):
         return reqs
     lists = {

@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from legorl import pyparse
 from legorl.errors import LegoRLError, TaskError
 from legorl.grading import junit
 from legorl.grading.rules import is_test_suite_file
@@ -291,7 +292,7 @@ def find_mutations(repo: Path, rel: str) -> list[Mutation]:
     """Every single-point mutation of the functions in one module."""
     text = (repo / rel).read_text(encoding="utf-8")
     try:
-        tree = ast.parse(text)
+        tree = pyparse.parse(text)
     except SyntaxError:
         return []
     src = _Source(text)
@@ -362,7 +363,7 @@ def find_mutations(repo: Path, rel: str) -> list[Mutation]:
     for kind, lineno, start, end, new in edits:
         mutated = text[:start] + new + text[end:]
         try:
-            if ast.dump(ast.parse(mutated)) == original_dump:
+            if ast.dump(pyparse.parse(mutated)) == original_dump:
                 continue
         except SyntaxError:
             continue
