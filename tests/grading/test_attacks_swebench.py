@@ -112,6 +112,7 @@ def test_attackers_earn_nothing_on_a_real_instance(suite: str, iid: str, backend
         name, (code, kinds) = item
         report = grade(task, attack_diff(task, code), backend, timeout=600)
         blocking = {f.kind for f in report.blocking_flags()}
+        # a FAIL_TO_PASS test the attack turned green (xfail counts: sympy's rule for an expected failure)
         f2p_passed = any(report.tests.get(t) in ("passed", "xfail") for t in task.FAIL_TO_PASS)
         if report.status != "ok" or report.reward != 0.0:
             return name, f"status={report.status} reward={report.reward} blocking={sorted(blocking)}", False

@@ -286,6 +286,17 @@ def scan_source_changes(
 
 
 # --------------------------------------------------------------------------------------- runner
+# Runner source (both hardened runners embed it) once the tests ran: the guard's after-run integrity
+# check (the host requires its record), then the canary files go; needs ``canaries`` and ``work``.
+END_OF_RUN = """
+sys.audit("legorl.guard.finish")
+for rel in canaries:
+    try:
+        os.unlink(os.path.join(work, rel))
+    except OSError:
+        pass
+"""
+
 RUNNER = (
     r"""
 import os, sys
@@ -379,13 +390,9 @@ except BaseException as exc:
     traceback.print_exc()
 tamper = [k for k, f in WATCH.items() if _ident(f()) != before[k]]
 tamper += ["type.__eq__:" + t.__name__ for t, e in _orig_eq.items() if t.__dict__.get("__eq__") is not e]
-sys.audit("legorl.guard.finish")  # the guard's after-run integrity check (its record is required)
-for rel in canaries:
-    try:
-        os.unlink(os.path.join(work, rel))
-    except OSError:
-        pass
-def _read(p):
+"""
+    + END_OF_RUN
+    + r"""def _read(p):
     try:
         with open(p, encoding="utf-8", errors="replace") as fh:
             return fh.read()

@@ -37,6 +37,7 @@ import re
 from dataclasses import dataclass, field
 
 from legorl.grading.behaviour import INSTALL_GUARD
+from legorl.grading.defenses import END_OF_RUN
 
 __all__ = ["RUNNER", "RUNNER_FILES", "SympyRun", "canary_source", "parse_output", "test_files"]
 
@@ -235,13 +236,9 @@ try:
 except BaseException:
     traceback.print_exc()
 tamper += _check(watched, "after the run")
-sys.audit("legorl.guard.finish")  # the guard's after-run integrity check (its record is required)
-for rel in canaries:
-    try:
-        os.unlink(os.path.join(work, rel))
-    except OSError:
-        pass
-with open(stream_path, encoding="utf-8", errors="replace") as fh:
+"""
+    + END_OF_RUN
+    + r"""with open(stream_path, encoding="utf-8", errors="replace") as fh:
     stream = fh.read()
 blob = json.dumps({"rc": rc, "stream": stream, "tamper": tamper})
 os.write(out_fd, ("<<LEGORL:" + nonce + ">>" + blob + "<<END:" + nonce + ">>\n").encode())
