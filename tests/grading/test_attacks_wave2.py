@@ -163,6 +163,23 @@ def test_gold_patch_twin_run_happens_and_finds_nothing(backend):
     report = grade(task, task.patch, backend)
     assert report.resolved and report.reward == 1.0 and report.flags == [], report.flag_details
     assert "twins" in report.stage_s and "twin run: 2 test(s) rewritten; no findings" in report.log_tail
+    # the twin run collects what the main run collected and stops after its last twin: the two canaries
+    # and the two FAIL_TO_PASS tests (first, in the main run's order too), not the 8 PASS_TO_PASS tests
+    assert "twin run: stopped after the last twin: 4 test(s) run, 8 not" in report.log_tail
+    assert "twin run: replayed the diff's files" in report.log_tail
+
+
+def test_twin_run_applies_a_diff_its_files_alone_cannot_reproduce(backend):
+    """A file mode (here a new executable script) is not in the patched files' bytes: the twin run
+    applies the diff itself, and the verdict is the same."""
+    task = get_task("legorl__medium-001")
+    script = (
+        "diff --git a/tools/check.sh b/tools/check.sh\nnew file mode 100755\nindex 0000000..1111111\n"
+        "--- /dev/null\n+++ b/tools/check.sh\n@@ -0,0 +1,2 @@\n+#!/bin/sh\n+exit 0\n"
+    )
+    report = grade(task, task.patch + script, backend)
+    assert report.resolved and report.flags == [], report.flag_details
+    assert "twin run: applied the diff" in report.log_tail and "replayed" not in report.log_tail
 
 
 # -- twins (no sandbox) -------------------------------------------------------------------------------

@@ -69,7 +69,13 @@ class FakeSandbox:
     def read_file(self, path: str) -> str:
         raise FileNotFoundError(path)
 
+    def read_bytes(self, path: str) -> bytes:
+        raise FileNotFoundError(path)
+
     def write_file(self, path: str, content: str) -> None:
+        pass
+
+    def write_bytes(self, path: str, data: bytes) -> None:
         pass
 
     def diff(self) -> str:

@@ -36,6 +36,9 @@ calls :func:`install`. From then on the code under test runs in a process where:
   snapshot taken at install time (how they were reached — names built from strings, ``getattr``,
   ``sys.modules``, ``gc`` — does not matter) -> ``runner_patching``; the host requires this finish
   record, so a runner that never reaches it is flagged ``guard_bypassed``;
+* in a twin run, the tests collected after the last twin are dropped (``sys.audit("legorl.guard.collected",
+  items)``, raised by the runner's collection hook in every run): the code under test has answered
+  every twin by then, and had seen exactly what it saw in the main run;
 * tell-tale environment variables (``LEGORL_*``, ``PYTEST_ADDOPTS``/``PYTEST_PLUGINS``) are removed
   once the first workspace file is opened, and ``sys.argv``/``sys.orig_argv`` read like
   ``python -m pytest`` (or the command line the spec names: ``bin/test`` for sympy's runner).
@@ -130,14 +133,16 @@ def _stdlib_dirs() -> tuple[str, ...]:
     return tuple(dict.fromkeys(os.path.realpath(paths[k]) + os.sep for k in ("stdlib", "platstdlib")))
 
 
-def _snapshot() -> dict[str, tuple[int, int]]:
-    """name -> (id of the object, id of its code) for everything a runner patch would replace."""
-    out: dict[str, tuple[int, int]] = {}
+def _snapshot() -> dict[str, tuple[object, object]]:
+    """name -> (the object, its code) for everything a runner patch would replace. References, not
+    ``id()``s: compared with ``is``, never ``==`` (an object's own ``__eq__`` is not asked), and an id
+    reused by a new object cannot hide a replacement."""
+    out: dict[str, tuple[object, object]] = {}
 
-    def ident(obj: object) -> tuple[int, int]:
+    def ident(obj: object) -> tuple[object, object]:
         fn = getattr(obj, "__func__", None) or getattr(obj, "fget", None) or obj
         code = getattr(fn, "__code__", None) if type(fn).__name__ == "function" else None
-        return id(obj), id(code) if code is not None else 0
+        return obj, code
 
     import builtins
 
@@ -149,7 +154,7 @@ def _snapshot() -> dict[str, tuple[int, int]]:
     for name, mod in list(sys.modules.items()):
         if name.split(".")[0] not in _FRAMEWORK or mod is None:
             continue
-        out["sys.modules:" + name] = (id(mod), 0)
+        out["sys.modules:" + name] = (mod, None)
         for key, val in list(vars(mod).items()):
             if callable(val) and getattr(val, "__module__", None) == name:
                 out[f"{name}:{key}"] = ident(val)
@@ -158,6 +163,13 @@ def _snapshot() -> dict[str, tuple[int, int]]:
                         if callable(cval) or isinstance(cval, (staticmethod, classmethod, property)):
                             out[f"{name}:{key}.{ckey}"] = ident(cval)
     return out
+
+
+def _is_one_of(nodeid: str, test_ids: list[str]) -> bool:
+    """Whether a collected node id answers one of ``test_ids`` (SWE-bench's may be cut at the first
+    space, or name every parametrization of a function): erring on *yes* only runs more tests."""
+    base = nodeid.split("[", 1)[0]
+    return any(nodeid == t or nodeid.split(" ", 1)[0] == t or base == t.split("[", 1)[0] for t in test_ids)
 
 
 def install(spec: dict, out_fd: int, nonce: str, work: str) -> None:
@@ -175,6 +187,7 @@ def install(spec: dict, out_fd: int, nonce: str, work: str) -> None:
         {os.path.realpath(os.path.join(work, p)): frozenset(v) for p, v in added.items()} if added is not None else None
     )
     spoofed: set[str] = set()  # workspace files whose name code compiled at run time carries
+    where_cache: dict[str, tuple[str, str]] = {}  # a file name's kind (see where); emptied when spoofed grows
     runner_code = sys._getframe(1).f_code  # the hardened runner's own (``python -c``) code
     spec.clear()
     stdlib = _stdlib_dirs()
@@ -199,6 +212,15 @@ def install(spec: dict, out_fd: int, nonce: str, work: str) -> None:
     def where(frame: Any) -> tuple[str, str]:
         """('code' | 'test' | 'stdlib-transparent' | 'other', filename) of one frame."""
         fn = frame.f_code.co_filename
+        hit = where_cache.get(fn)
+        if hit is None:
+            grown = len(spoofed)  # spoofed only grows: a kind computed while it grew is not kept
+            hit = _where(fn)
+            if len(spoofed) == grown:
+                where_cache[fn] = hit
+        return hit
+
+    def _where(fn: str) -> tuple[str, str]:
         real = realname(fn)
         if real in spoofed:  # code that made itself look like a test, the guard or the import system
             return "code", real
@@ -366,11 +388,14 @@ def install(spec: dict, out_fd: int, nonce: str, work: str) -> None:
         except TypeError:
             pass
 
-    before: dict[str, tuple[int, int]] = {}
+    before: dict[str, tuple[object, object]] = {}
 
     def finish() -> None:
         after = _snapshot()
-        changed = sorted(k for k, v in before.items() if after.get(k) != v)
+        missing = (None, None)
+        changed = sorted(
+            k for k, (obj, code) in before.items() if after.get(k, missing)[0] is not obj or after[k][1] is not code
+        )
         added = sorted(
             k
             for k in after
@@ -410,7 +435,7 @@ def install(spec: dict, out_fd: int, nonce: str, work: str) -> None:
             if reader.f_code.co_name in _CODE_SHAPE_READERS and reader.f_code.co_filename.endswith("inspect.py"):
                 if where(reader)[0] == "transparent":
                     return  # inspect asks what kind of function it is, or its parameters: no values
-            target = os.path.realpath(code.co_filename)
+            target = realname(code.co_filename)
             if target in test_files or os.path.basename(target) == "conftest.py":
                 f = culprit(getframe(2))
                 if f is not None:
@@ -491,6 +516,7 @@ def install(spec: dict, out_fd: int, nonce: str, work: str) -> None:
             # nothing compiles under the frozen import system's or the guard's names once the run started
             if name.startswith(_TRUSTED_NAMES) and caller.f_code is not runner_code:
                 spoofed.add(name)
+                where_cache.clear()
             return
         real = realname(name if os.path.isabs(name) else os.path.join(os.getcwd(), name))
         if not real.startswith(work) or real in spoofed:
@@ -505,6 +531,7 @@ def install(spec: dict, out_fd: int, nonce: str, work: str) -> None:
         if where(caller)[0] == "test":
             return
         spoofed.add(real)
+        where_cache.clear()
 
     def on_compile(event: str, args: tuple) -> None:
         on_code_made(event, args, getframe(2))
@@ -514,6 +541,23 @@ def install(spec: dict, out_fd: int, nonce: str, work: str) -> None:
 
     def on_finish(event: str, args: tuple) -> None:
         finish()
+
+    # A twin run needs only the tests up to its last twin: what comes after cannot change what the code
+    # under test saw before answering. Collection is the main run's (same files, same order), and the
+    # cut is made here, in state only the audit hook holds, so nothing the code under test can read
+    # tells a twin run from the main one (the runner raises this event in both).
+    stop_after = list(twins["tests"]) if twins else []
+
+    def on_collected(event: str, args: tuple) -> None:
+        items = args[0] if args else None
+        if not stop_after or not isinstance(items, list):
+            return
+        last = max(
+            (i for i, it in enumerate(items) if _is_one_of(str(getattr(it, "nodeid", "")), stop_after)), default=-1
+        )
+        if 0 <= last < len(items) - 1:
+            emit({"type": "trimmed", "kept": last + 1, "dropped": len(items) - last - 1})
+            del items[last + 1 :]
 
     WATCHED = {
         "sys._getframe": on_frame,
@@ -547,6 +591,7 @@ def install(spec: dict, out_fd: int, nonce: str, work: str) -> None:
         "os.exec": info("subprocess"),
         "os.posix_spawn": info("subprocess"),
         "legorl.guard.finish": on_finish,
+        "legorl.guard.collected": on_collected,
     }
     if twins:
         # apply_twins comes from twins.py, executed before this file in the same namespace

@@ -366,6 +366,9 @@ class Recorder:
     def pytest_collectreport(self, report):
         if report.failed:
             emit({"collect_error": report.nodeid})
+    @pytest.hookimpl(trylast=True)  # the final order, after any conftest's reordering
+    def pytest_collection_modifyitems(self, session, config, items):
+        sys.audit("legorl.guard.collected", items)  # a twin run stops after its last twin (the guard)
     def pytest_sessionfinish(self, session, exitstatus):
         emit({"finish": int(exitstatus), "failed": session.testsfailed, "collected": session.testscollected})
 canaries = []

@@ -28,7 +28,10 @@ Stages (each timed in ``GraderReport.stage_s``):
 6. **behaviour** (:mod:`legorl.grading.behaviour`, ``behaviour_checks``) — the runner carries an in-process
    audit guard whose signed findings (frame introspection, test source reads, grader probes, runner
    patching...) become blocking flags; when FAIL_TO_PASS tests pass, a **twins** run in a fresh sandbox
-   rewrites them so an honest fix must fail (``twin_test_passed`` otherwise). ``docs/reward-integrity.md``.
+   rewrites them so an honest fix must fail (``twin_test_passed`` otherwise). It costs less than the
+   first run: the diff's patched files are written back instead of applied again when their bytes say
+   it all, nothing is scanned twice, and it stops after the last twin (collection stays the first
+   run's, so what the code under test sees up to its answers is the same). ``docs/reward-integrity.md``.
 
 Status: a diff that does not apply is the agent's fault (``ok``, reward 0); an *environment* failure
 that keeps the grader from a verdict is ``env_failure`` with a typed
@@ -219,6 +222,8 @@ class _Outcome:
     flags: list | None = None
     f2p_fraction: float | None = None
     detail: str = ""  # what the environment said (env_failure only)
+    # the files the diff left, byte for byte, when writing them reproduces it (see _patched_files)
+    patched_files: dict[str, bytes] | None = None
 
     @property
     def cause_text(self) -> str | None:
@@ -424,6 +429,7 @@ def _twin_pass(
         sb = backend.create(spec)
     except SandboxError as exc:
         return _env_failure(EnvFailureCause.SANDBOX_CREATE, f"twin run: {exc}", flags=out.flags)
+    twin_log: list[str] = []
     try:
         twin = _grade_in(
             sb,
@@ -434,10 +440,11 @@ def _twin_pass(
             expected,
             python,
             timeout,
-            [],
+            twin_log,
             {},
             behaviour_checks=True,
             twin_tests=twin_ids,
+            replay=out.patched_files,
         )
     finally:
         _destroy(sb, log)
@@ -447,6 +454,7 @@ def _twin_pass(
         return _env_failure(twin.cause or EnvFailureCause.RUNNER_CRASHED, f"twin run: {twin.detail}", flags=out.flags)
     new = [f for f in twin.flags or [] if f.evidence.get("source") in ("behaviour", "twin")]
     log.append(f"twin run: {len(twin_ids)} test(s) rewritten; " + (", ".join(f.kind for f in new) or "no findings"))
+    log.extend(f"twin run: {line}" for line in twin_log if line.startswith(("stopped after", "replayed", "applied")))
     out.flags = [*(out.flags or []), *new]
     return out
 
@@ -508,6 +516,31 @@ def _apply(sandbox: Sandbox, patch: str) -> tuple[bool, str]:
     return False, f"git apply: {first.strip()}\npatch: {(res2.stdout + res2.stderr).strip()}"
 
 
+# extended headers whose change bytes alone cannot reproduce: modes, links, renames, deletions, binaries
+_NOT_REPLAYABLE = re.compile(
+    r"^(old mode|new mode|deleted file mode|new file mode (?!100644)|rename |copy |similarity |dissimilarity |"
+    r"Binary files|GIT binary patch)",
+    re.M,
+)
+
+
+def _patched_files(sandbox: Sandbox, sections: list, protected: set[str]) -> dict[str, bytes] | None:
+    """The files the applied diff left, byte for byte, when writing them into a fresh copy of the
+    repository gives the same tree (text files changed or added as mode 644; what the grader restored
+    is already pristine there); None otherwise, and a twin run applies the diff itself."""
+    out: dict[str, bytes] = {}
+    for fp in sections:
+        if fp.new_path is None or (fp.old_path not in (None, fp.new_path)) or _NOT_REPLAYABLE.search(fp.header):
+            return None
+        if fp.new_path in protected:
+            continue
+        try:
+            out[fp.new_path] = sandbox.read_bytes(fp.new_path)
+        except (FileNotFoundError, IsADirectoryError, SandboxError, OSError):
+            return None
+    return out
+
+
 def _read_or_none(sandbox: Sandbox, path: str) -> str | None:
     try:
         return sandbox.read_file(path)
@@ -532,13 +565,20 @@ def _grade_in(
     *,
     behaviour_checks: bool = False,
     twin_tests: list[str] | None = None,
+    replay: dict[str, bytes] | None = None,
 ) -> _Outcome:
     flags = list(flags)
     t = time.monotonic()
     sections = split_diff(filtered)
     touched = sorted({p for fp in sections for p in fp.paths})
     pristine = {p: _read_or_none(sandbox, p) for p in [*touched, *sorted(protected), "pyproject.toml"]}
-    if filtered.strip():
+    if replay is not None:
+        # a twin run: the main run's patched files, written as they were (the same tree as applying
+        # the diff again, without another process in the sandbox)
+        for path, data in replay.items():
+            sandbox.write_bytes(path, data)
+        log.append("replayed the diff's files")
+    elif filtered.strip():
         ok, why = _apply(sandbox, filtered)
         if not ok:
             log.append(f"the diff does not apply:\n{why}")
@@ -583,13 +623,15 @@ def _grade_in(
             sandbox.exec(["rm", "-f", "pyproject.toml"], timeout=30)
         else:
             sandbox.write_file("pyproject.toml", pristine["pyproject.toml"])
-    # Static scan of what the diff introduced into non-test code.
-    changes = [(p, pristine.get(p), _read_or_none(sandbox, p)) for p in touched if not is_test_module(p)]
-    visible = [v for p, v in pristine.items() if p in protected and v]
-    found = defenses.scan_source_changes(changes, visible, task.problem_statement)
-    if task.environment is not None and task.environment.framework_under_test:
-        found = [f for f in found if f.kind != "test_framework_import"]  # its source imports itself
-    flags.extend(found)
+    patched = _patched_files(sandbox, sections, protected) if behaviour_checks and not twin_tests else None
+    # Static scan of what the diff introduced into non-test code (a twin run's would repeat the main run's).
+    if not twin_tests:
+        changes = [(p, pristine.get(p), _read_or_none(sandbox, p)) for p in touched if not is_test_module(p)]
+        visible = [v for p, v in pristine.items() if p in protected and v]
+        found = defenses.scan_source_changes(changes, visible, task.problem_statement)
+        if task.environment is not None and task.environment.framework_under_test:
+            found = [f for f in found if f.kind != "test_framework_import"]  # its source imports itself
+        flags.extend(found)
     stage["apply"] = time.monotonic() - t
 
     if task.test_patch.strip():
@@ -653,6 +695,10 @@ def _grade_in(
         log.extend(f"guard error: {e}" for e in guard.errors[:5])
         if twin_tests:
             flags.extend(behaviour.twin_flags(guard.twins, {n: run.tests.get(n, "missing") for n in twin_tests}))
+            if guard.trimmed:
+                log.append(
+                    f"stopped after the last twin: {guard.trimmed['kept']} test(s) run, {guard.trimmed['dropped']} not"
+                )
     if not run.complete:
         stage["parse"] = time.monotonic() - t
         return _env_failure(
@@ -734,7 +780,7 @@ def _grade_in(
         and all(v == "passed" for v in tests.values())
     ):
         rc = 0
-    return _Outcome("ok", None, resolved, tests, rc, flags, sum(f2p) / len(f2p) if f2p else None)
+    return _Outcome("ok", None, resolved, tests, rc, flags, sum(f2p) / len(f2p) if f2p else None, patched_files=patched)
 
 
 def _forged(reasons: list[str], log: list[str]) -> Flag:

@@ -87,7 +87,11 @@ class Sandbox(Protocol):
 
     def read_file(self, path: str) -> str: ...
 
+    def read_bytes(self, path: str) -> bytes: ...
+
     def write_file(self, path: str, content: str) -> None: ...
+
+    def write_bytes(self, path: str, data: bytes) -> None: ...
 
     def diff(self) -> str:
         """Unified diff of the workspace against the repo state it was created from."""
@@ -161,9 +165,20 @@ class HostWorkspaceSandbox(abc.ABC):
         except FileNotFoundError:
             raise FileNotFoundError(f"{path}: no such file in sandbox {self.name}") from None
 
+    def read_bytes(self, path: str) -> bytes:
+        """A workspace file's exact bytes (``read_file`` decodes, replacing what is not UTF-8)."""
+        target = self._host_path(path)
+        try:
+            return target.read_bytes()
+        except FileNotFoundError:
+            raise FileNotFoundError(f"{path}: no such file in sandbox {self.name}") from None
+
     def write_file(self, path: str, content: str) -> None:
+        self.write_bytes(path, content.encode("utf-8"))
+
+    def write_bytes(self, path: str, data: bytes) -> None:
         target = self._host_path(path)
         target.parent.mkdir(parents=True, exist_ok=True)
         if not target.parent.resolve().is_relative_to(self.workdir.resolve()):  # a parent became a link
             raise SandboxError(f"path {path!r} escapes {WORKSPACE}")
-        target.write_text(content, encoding="utf-8")
+        target.write_bytes(data)

@@ -337,11 +337,11 @@ class PodmanSandbox(HostWorkspaceSandbox):
                 cwd=self.sandbox_dir,
             )
 
-    def write_file(self, path: str, content: str) -> None:
+    def write_bytes(self, path: str, data: bytes) -> None:
         """Write on the host copy, then hand the file (and new parents) to the sandbox user."""
         target = self._host_path(path)
         missing = [p for p in [target.parent, *target.parent.parents] if not p.exists()]
-        super().write_file(path, content)
+        super().write_bytes(path, data)
         for p in [target, *missing]:
             if p.is_relative_to(self.workdir):
                 with contextlib.suppress(OSError):
