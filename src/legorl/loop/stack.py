@@ -111,17 +111,62 @@ def training_sampling(rollout: RolloutConfig) -> SamplingPolicy:
 
 
 def load_engine(cfg: EngineConfig) -> tuple[Engine, Path]:
-    """The engine ``cfg`` names and the model directory it loaded."""
-    if cfg.type != "embedded":  # the config's Literal admits only what is built here
-        raise ConfigError(f"engine type {cfg.type!r} is not available (have: embedded)")
-    from legorl.engines.embedded import EmbeddedEngine
+    """The engine ``cfg`` names and the model directory it serves (vllm: servers started and ready,
+    which blocks for the minute a server takes to load)."""
     from legorl.models.registry import resolve_model
 
     path = resolve_model(cfg.model)
+    if cfg.type == "vllm":
+        return _load_vllm(cfg, path), path
+    if cfg.type != "embedded":  # the config's Literal admits only what is built here
+        raise ConfigError(f"engine type {cfg.type!r} is not available (have: embedded, vllm)")
+    from legorl.engines.embedded import EmbeddedEngine
+
     engine = EmbeddedEngine.from_pretrained(
         str(path), max_batch_size=cfg.max_batch_size, prefix_cache_tokens=cfg.prefix_cache_tokens
     )
     return engine, path
+
+
+def _load_vllm(cfg: EngineConfig, path: Path) -> Engine:
+    from legorl.engines.vllm import VLLMEngine
+    from legorl.engines.vllm_server import VLLMServer, vllm_venv_python
+    from legorl.models.registry import load_tokenizer
+
+    work = Path(tempfile.mkdtemp(prefix="vllm-", dir=_engine_work_root()))
+    servers: list[VLLMServer] = []
+    try:
+        if not cfg.urls:
+            python = Path(cfg.vllm_python) if cfg.vllm_python else vllm_venv_python()
+            for i in range(cfg.replicas):
+                server = VLLMServer(
+                    model=path,
+                    python=python,
+                    log_path=work / f"server-{i}.log",
+                    max_model_len=cfg.max_model_len,
+                    extra_args=tuple(cfg.vllm_args),
+                )
+                servers.append(server)
+                server.start()
+        return VLLMEngine(
+            cfg.urls or [s.base_url for s in servers],
+            model_name=cfg.model,
+            tokenizer=load_tokenizer(path),
+            max_context=cfg.max_model_len,
+            weights_dir=work / "weights",
+            servers=servers,
+            work_dir=work,
+        )
+    except BaseException:
+        for server in servers:
+            server.stop()
+        raise
+
+
+def _engine_work_root() -> Path:
+    root = settings().legorl_home / "engines"
+    root.mkdir(parents=True, exist_ok=True)
+    return root
 
 
 def _socket_dir() -> Path:
@@ -166,7 +211,9 @@ async def open_gateway_stack(
     socket_dir: Path | None = None
     try:
         if eng is None:
-            eng, model_path = load_engine(engine)
+            # a vLLM server takes a minute to load: the loop keeps serving meanwhile
+            load = asyncio.to_thread(load_engine, engine) if engine.type == "vllm" else None
+            eng, model_path = await load if load is not None else load_engine(engine)
         tok = tokenizer if tokenizer is not None else getattr(eng, "tokenizer", None)
         if tok is None:
             raise ConfigError("the engine instance has no tokenizer attribute: pass tokenizer=")

