@@ -149,6 +149,18 @@ def test_bench_rollout_json():
 def test_bench_engine_json():
     out = _bench("engine", ["--max-tokens", "4", "--concurrency", "2", "--repeats", "1", "--prefill-tokens", "16"])
     assert out["max_tokens"] == 4 and out["gen_tokens_per_s_2"] == out["gen_tokens_per_s_concurrent"]
+    assert out["engine"] == "embedded" and out["recompute_tokens"] == 8 and out["recompute_pearson"] > 0.999
+
+
+@pytest.mark.slow
+@pytest.mark.vllm
+def test_bench_engine_vllm_json_has_the_same_keys():
+    out = _bench(
+        "engine",
+        ["--engine", "vllm", "--max-tokens", "16", "--concurrency", "4", "--repeats", "1", "--prefill-tokens", "64"],
+    )
+    assert out["engine"] == "vllm" and out["recompute_tokens"] == 64  # eos ignored: every request runs to 16
+    assert out["recompute_pearson"] >= 0.999 and out["gen_tokens_per_s_4"] == out["gen_tokens_per_s_concurrent"]
 
 
 def test_bench_ui_json():

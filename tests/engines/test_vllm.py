@@ -228,3 +228,28 @@ def test_the_prompt_prefix_picks_the_replica(tok, tmp_path):
     spread = {engine.replica_order([i, i + 1, i + 2])[0] for i in range(60)}
     assert spread == set(urls)  # different conversations spread over the pool
     asyncio.run(engine.close())
+
+
+async def test_a_killed_server_fails_its_generation_and_comes_back_with_its_weights(server, tok, policy, tmp_path):
+    engine = _engine(server, tok, tmp_path)
+    engine.servers = [server]  # the pool's own server: the engine restarts it
+    try:
+        await engine.update_weights(policy.state_dict(), version=5)
+        prompt = list(tok("1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,")["input_ids"])
+        task = asyncio.create_task(engine.generate(prompt, SamplingParams(max_tokens=1900, temperature=0.0)))
+        for _ in range(300):
+            if await _running(server) >= 1:
+                break
+            await asyncio.sleep(0.1)
+        server.kill()  # mid-generation
+        with pytest.raises(EngineError, match=r"the vLLM server died \(exit code -9; log .*server.log"):
+            await task
+        assert not engine.health().ok
+        # the next request waits for the restart, on the weights and version the server had
+        r = await engine.generate(_prompt(tok, "Say hi."), SamplingParams(max_tokens=8, seed=1))
+        assert r.token_ids and r.weight_version == 5 and engine.stats["restarts"] == 1 and server.running()
+        assert engine.health().ok
+    finally:
+        await engine.update_weights(policy.state_dict(), version=0)
+        engine.servers = []  # the module's fixture stops it
+        await engine.close()

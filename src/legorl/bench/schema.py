@@ -8,6 +8,7 @@ RESULT_KEYS: dict[str, tuple[str, ...]] = {
     # legorl.bench.engine.run_engine_bench (plus "gen_tokens_per_s_<concurrency>", the same figure as
     # gen_tokens_per_s_concurrent under a name that says the concurrency)
     "engine": (
+        "engine",
         "model",
         "device",
         "dtype",
@@ -24,6 +25,9 @@ RESULT_KEYS: dict[str, tuple[str, ...]] = {
         "prefill_tokens",
         "prefill_tokens_per_s",
         "recompute_tokens_per_s",
+        "recompute_pearson",
+        "recompute_mean_abs_diff",
+        "recompute_tokens",
         "peak_rss_mb",
     ),
     # legorl.bench.gateway.run_gateway_bench

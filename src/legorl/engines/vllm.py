@@ -105,6 +105,7 @@ class VLLMEngine:
         backoff_s: float = 0.5,
         request_timeout_s: float = 600.0,
         transport: httpx.AsyncBaseTransport | None = None,
+        ignore_eos: bool = False,
     ):
         if not base_urls:
             raise EngineError("a vLLM engine needs at least one server URL")
@@ -124,7 +125,9 @@ class VLLMEngine:
         self._active = 0
         self._last_error = ""
         self._sync_lock = asyncio.Lock()
-        self.stats: dict[str, float] = {"requests": 0, "retries": 0, "aborts": 0, "weight_syncs": 0}
+        self._reviving: dict[str, asyncio.Future[None]] = {}
+        self.ignore_eos = ignore_eos  # benchmarks: every request runs to max_tokens
+        self.stats: dict[str, float] = {"requests": 0, "retries": 0, "aborts": 0, "weight_syncs": 0, "restarts": 0}
 
     # ------------------------------------------------------------------ Engine
 
@@ -149,6 +152,8 @@ class VLLMEngine:
             params["top_k"] = sampling.top_k
         if sampling.seed is not None:
             params["seed"] = sampling.seed
+        if self.ignore_eos:
+            params["ignore_eos"] = True
         if sampling.stop_token_ids:
             params["stop_token_ids"] = list(sampling.stop_token_ids)
         return {
@@ -176,10 +181,20 @@ class VLLMEngine:
         url = ""
         try:
             for attempt, url in enumerate(self._attempts(prompt_token_ids)):
+                reviving = self._reviving.get(url)
+                if reviving is not None:  # a restart is under way: wait for it rather than fail fast
+                    await asyncio.shield(reviving)
                 try:
                     response = await self._client.post(f"{url}/inference/v1/generate", json=body)
                 except httpx.TransportError as e:
                     cause = f"{url}: {type(e).__name__}: {e}"
+                    server = self._server_at(url)
+                    if server is not None and not server.running():
+                        # our server died (with this request in it): this generation is lost; the pool
+                        # starts the server again for the next ones
+                        self._last_error = cause = f"{url}: the vLLM server died ({server.exit_detail()})"
+                        self._revive(server)
+                        raise EngineError(cause) from e
                 else:
                     if response.status_code == 200:
                         return self._result(response.json(), len(prompt_token_ids), time.perf_counter() - t0)
@@ -204,6 +219,28 @@ class VLLMEngine:
             raise
         finally:
             self._active -= 1
+
+    def _server_at(self, url: str) -> VLLMServer | None:
+        return next((s for s in self.servers if s.base_url == url), None)
+
+    def _revive(self, server: VLLMServer) -> None:
+        """Start a dead server again (same port), with the weights and version it had."""
+        if server.base_url in self._reviving:
+            return
+
+        async def revive() -> None:
+            try:
+                await asyncio.to_thread(server.start)
+                if self._version:
+                    await self._load(server.base_url, self.weights_dir / f"v{self._version:06d}", self._version)
+                self.stats["restarts"] += 1
+                log.warning("vLLM server %s restarted (weights v%d)", server.base_url, self._version)
+            except Exception as e:  # noqa: BLE001 - the next request reports the dead server again
+                log.error("vLLM server %s did not restart: %s", server.base_url, e)
+            finally:
+                self._reviving.pop(server.base_url, None)
+
+        self._reviving[server.base_url] = asyncio.ensure_future(revive())
 
     def _attempts(self, prompt_token_ids: Sequence[int]) -> Any:
         order = self.replica_order(prompt_token_ids)
@@ -255,22 +292,25 @@ class VLLMEngine:
             target = self.weights_dir / f"v{new:06d}"
             await asyncio.to_thread(save_weights, state_dict, target)
             for url in self.base_urls:
-                await self._post(url, "/pause", params={"mode": "keep"})
-                try:
-                    await self._post(
-                        url,
-                        "/collective_rpc",
-                        json={"method": "reload_weights", "kwargs": {"weights_path": str(target)}},
-                    )
-                    await self._post(url, "/update_weight_version", json={"new_version": str(new)})
-                finally:
-                    await self._post(url, "/resume")
+                await self._load(url, target, new)
             self._version = new
             self.stats["weight_syncs"] += 1
             for old in self.weights_dir.glob("v*"):  # the servers hold the weights now
                 if old != target:
                     shutil.rmtree(old, ignore_errors=True)
             return new
+
+    async def _load(self, url: str, weights: Path, version: int) -> None:
+        """Pause ``url`` (requests in flight are kept), reload ``weights`` in place, name them
+        ``version``, resume."""
+        await self._post(url, "/pause", params={"mode": "keep"})
+        try:
+            await self._post(
+                url, "/collective_rpc", json={"method": "reload_weights", "kwargs": {"weights_path": str(weights)}}
+            )
+            await self._post(url, "/update_weight_version", json={"new_version": str(version)})
+        finally:
+            await self._post(url, "/resume")
 
     async def set_version(self, version: int) -> None:
         """Name the weights the servers hold now (a fresh server: version 0)."""
@@ -308,6 +348,8 @@ class VLLMEngine:
         )
 
     async def close(self) -> None:
+        for revive in list(self._reviving.values()):
+            revive.cancel()
         try:
             await self._client.aclose()
         finally:

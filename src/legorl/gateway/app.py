@@ -126,6 +126,11 @@ def apply_stop_strings(renderer: Renderer, token_ids: list[int], stops: Sequence
     return lo
 
 
+# what engine_error answers when the engine itself failed (not the request): a rollout with such a
+# call is an environment failure (legorl.loop.rollout.engine_failure)
+ENGINE_FAILURE_CODES = frozenset({"engine_error", "engine_overloaded", "engine_timeout"})
+
+
 def engine_error(exc: BaseException, context_param: str = "messages") -> GatewayError:
     """An exception raised by :meth:`Engine.generate` (or its timeout) as the error the client gets."""
     if isinstance(exc, GatewayError):

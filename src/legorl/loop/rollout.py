@@ -24,7 +24,7 @@ from pathlib import Path
 
 from legorl.config import GradingConfig
 from legorl.errors import SandboxError
-from legorl.gateway.app import Gateway
+from legorl.gateway.app import ENGINE_FAILURE_CODES, Gateway
 from legorl.gateway.sessions import SessionBudget, SessionReport
 from legorl.grading.grader import grade
 from legorl.grading.monitor import RolloutMonitor, check_isolation
@@ -35,7 +35,7 @@ from legorl.sandbox.base import SandboxBackend
 from legorl.tasks.environment import sandbox_spec
 from legorl.tasks.model import Task
 from legorl.trajectory.builder import build_samples
-from legorl.trajectory.records import GraderReport, Rollout
+from legorl.trajectory.records import GraderReport, Rollout, Turn
 
 GATEWAY_PORT_IN_SANDBOX = 8000
 
@@ -155,6 +155,10 @@ async def _run_with_layers(
         turns = ctx.gateway.session_turns(token)
     except Exception:  # noqa: BLE001 - the gateway's record is evidence, not a precondition
         turns = []
+    engine_cause = engine_failure(turns)
+    if engine_cause is not None:  # the model stopped answering: no verdict on the agent, no gradient
+        rollout.status, rollout.cause = "env_failure", engine_cause
+        return
     during = monitor.flags(turns)
     gw_report = _session_report(ctx, token)
     budget_cause = None
@@ -218,6 +222,16 @@ async def _run_with_layers(
         causes.append(budget_cause)
     if causes:
         rollout.cause = "; ".join(causes)
+
+
+def engine_failure(turns: list[Turn]) -> str | None:
+    """The cause, if the engine failed a call of this rollout (after its own retries): whatever the
+    harness did next answered a broken model, so the rollout is an environment failure."""
+    for turn in turns:
+        error = turn.response.get("error") if turn.failed else None
+        if isinstance(error, dict) and error.get("code") in ENGINE_FAILURE_CODES:
+            return f"engine failed turn {turn.turn_index}: {turn.error}"
+    return None
 
 
 def _session_report(ctx: RolloutContext, token: str) -> SessionReport | None:
