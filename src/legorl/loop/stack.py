@@ -155,7 +155,9 @@ def _load_vllm(cfg: EngineConfig, path: Path) -> Engine:
             max_context=cfg.max_model_len,
             weights_dir=work / "weights",
             servers=servers,
+            model_dir=path,
             work_dir=work,
+            weight_sync=cfg.weight_sync,
         )
     except BaseException:
         for server in servers:
