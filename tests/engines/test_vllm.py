@@ -196,16 +196,22 @@ async def _running(server) -> float:
     )
 
 
+async def _long_generation(engine: VLLMEngine, server, tok) -> asyncio.Task:
+    """A generation running on the server (a continuation with no chat template, so no end-of-turn
+    to stop at before max_tokens)."""
+    prompt = list(tok("1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,")["input_ids"])
+    task = asyncio.create_task(engine.generate(prompt, SamplingParams(max_tokens=1900, temperature=0.0)))
+    for _ in range(300):
+        if await _running(server) >= 1:
+            break
+        await asyncio.sleep(0.1)
+    return task
+
+
 async def test_cancelling_a_generation_aborts_it_on_the_server(server, tok, tmp_path):
     engine = _engine(server, tok, tmp_path)
     try:
-        # a continuation that runs to max_tokens: no chat template, so no end-of-turn to stop at
-        prompt = list(tok("1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,")["input_ids"])
-        task = asyncio.create_task(engine.generate(prompt, SamplingParams(max_tokens=1900, temperature=0.0)))
-        for _ in range(300):
-            if await _running(server) >= 1:
-                break
-            await asyncio.sleep(0.1)
+        task = await _long_generation(engine, server, tok)
         assert await _running(server) >= 1
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -235,12 +241,7 @@ async def test_a_killed_server_fails_its_generation_and_comes_back_with_its_weig
     engine.servers = [server]  # the pool's own server: the engine restarts it
     try:
         await engine.update_weights(policy.state_dict(), version=5)
-        prompt = list(tok("1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,")["input_ids"])
-        task = asyncio.create_task(engine.generate(prompt, SamplingParams(max_tokens=1900, temperature=0.0)))
-        for _ in range(300):
-            if await _running(server) >= 1:
-                break
-            await asyncio.sleep(0.1)
+        task = await _long_generation(engine, server, tok)
         server.kill()  # mid-generation
         with pytest.raises(EngineError, match=r"the vLLM server died \(exit code -9; log .*server.log"):
             await task
