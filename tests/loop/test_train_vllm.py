@@ -23,8 +23,10 @@ def test_two_steps_on_vllm_sync_weights_and_match_the_trainer(tmp_path):
         DEMO,
         run_dir=str(run),
         steps=2,
-        tasks_per_step=3,
-        group_size=8,
+        # 8 tasks × 4: a step without a single group with reward variance (which would not train, so
+        # the version would not move) needs all 8 tasks all-solved or all-failed at once
+        tasks_per_step=8,
+        group_size=4,
         **{
             "engine.type": "vllm",
             "engine.colocate_trainer": False,
@@ -42,7 +44,8 @@ def test_two_steps_on_vllm_sync_weights_and_match_the_trainer(tmp_path):
         print(
             f"\nstep {m['step']}: vLLM vs trainer fp32 recompute pearson={m['mismatch/pearson']:.6f} "
             f"mean|Δ|={m['mismatch/mean_abs_diff']:.2e} max|Δ|={m['mismatch/max_abs_diff']:.2e} "
-            f"tokens={m['mismatch/tokens']} weight_version={m['weight_version']}"
+            f"tokens={m['mismatch/tokens']} weight_version={m['weight_version']} "
+            f"groups with signal={m['batch/groups_with_signal']}/{m['batch/groups']}"
         )
         assert m["train/updated"], "each step trains (groups with reward variance)"
         assert m["mismatch/pearson"] >= 0.999
