@@ -234,7 +234,9 @@ class VLLMEngine:
                         raise EngineError(cause) from e
                 else:
                     if response.status_code == 200:
-                        return self._result(response.json(), len(prompt_token_ids), time.perf_counter() - t0)
+                        result = self._result(response.json(), len(prompt_token_ids), time.perf_counter() - t0)
+                        self._last_error = ""  # healthy again
+                        return result
                     cause = f"{url}: HTTP {response.status_code}: {response.text[:500]}"
                     if response.status_code not in _RETRY_STATUS:
                         raise _request_error(response.status_code, response.text)
@@ -395,23 +397,19 @@ class VLLMEngine:
         return response
 
     def health(self) -> EngineHealth:
-        problems = []
-        for url in self.base_urls:
-            try:
-                r = httpx.get(f"{url}/health", timeout=5.0, trust_env=False)
-                if r.status_code != 200:
-                    problems.append(f"{url}: HTTP {r.status_code}")
-            except httpx.HTTPError as e:
-                problems.append(f"{url}: {type(e).__name__}: {e}")
-        for server in self.servers:
-            if not server.running():
-                problems.append(f"{server.base_url}: server process exited ({server.exit_detail()})")
+        """From what the engine knows, without a network call: the gateway answers ``/health`` from
+        its event loop, which a probe of a hung server would stall. Not ok while a server we started
+        is dead or restarting, or while the last request failed (until one succeeds)."""
+        problems = [f"{s.base_url}: server process exited ({s.exit_detail()})" for s in self.servers if not s.running()]
+        problems += [f"{url}: restarting" for url in self._reviving]
+        if self._last_error:
+            problems.append(f"last request failed: {self._last_error}")
         return EngineHealth(
             ok=not problems,
             model=self.model_name,
             weight_version=self._version,
             active_requests=self._active,
-            detail="; ".join(problems) or self._last_error,
+            detail="; ".join(dict.fromkeys(problems)),
         )
 
     async def close(self) -> None:
