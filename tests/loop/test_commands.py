@@ -144,5 +144,7 @@ def test_gateway_command_serves_the_config_engine(monkeypatch, tmp_path):
     )
     engine, kw = calls[-1]
     assert (engine.type, engine.model, kw["port"], kw["run_dir"]) == ("embedded", "/models/x", 0, tmp_path)
-    result = runner.invoke(cli.app, ["gateway", "--engine", "vllm"])
-    assert result.exit_code == 2 and "engine.type" in result.output and len(calls) == 1
+    assert runner.invoke(cli.app, ["gateway", "--engine", "vllm", "--port", "0"]).exit_code == 0
+    assert calls[-1][0].type == "vllm"
+    result = runner.invoke(cli.app, ["gateway", "--engine", "sglang"])  # not an engine we have
+    assert result.exit_code == 2 and "engine.type" in result.output and len(calls) == 2
