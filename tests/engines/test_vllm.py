@@ -14,8 +14,9 @@ import pytest
 import torch
 
 from legorl.engines.base import Engine, SamplingParams
+from legorl.engines.server_process import free_port
 from legorl.engines.vllm import VLLMEngine
-from legorl.engines.vllm_server import VLLMServer, free_port, vllm_venv_python
+from legorl.engines.vllm_server import VLLMServer, vllm_venv_python
 from legorl.errors import EngineError, EngineOverloadedError
 from legorl.models.registry import load_model, load_tokenizer, resolve_model
 from legorl.training.logprobs import compute_token_logprobs

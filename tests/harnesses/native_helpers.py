@@ -10,6 +10,7 @@ import re
 import shutil
 import threading
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,8 +21,9 @@ from legorl.engines.scripted import Policy, ScriptedEngine
 from legorl.gateway.renderer import load_smollm2_gguf_tokenizer
 from legorl.grading import strace
 from legorl.harnesses.base import Budget, HarnessResult
+from legorl.harnesses.common import fault_signal
 from legorl.loop.stack import GatewayStack, open_gateway_stack, sandbox_backend
-from legorl.sandbox.base import SandboxSpec
+from legorl.sandbox.base import ExecResult, SandboxSpec
 from legorl.tasks.loader import get_task
 from legorl.trajectory.builder import build_samples
 from legorl.trajectory.records import Sample, Turn
@@ -103,6 +105,7 @@ class Run:
     connects: list[str]
     prompts: list[str]
     seconds: float
+    exec_result: ExecResult
     extra: dict = field(default_factory=dict)
 
 
@@ -114,9 +117,32 @@ def foreign_connects(connects: list[str]) -> list[str]:
 def run_native(
     harness, policy: Policy, tmp_path: Path, *, budget: Budget, max_context: int = 262144, grade_it: bool = True
 ) -> Run:
+    """One run of the real harness; run again once when its own runtime crashed (a fault signal, see
+    :func:`legorl.harnesses.common.fault_signal`: Bun's JavaScriptCore traps with SIGILL now and then,
+    seen once in about ten runs of OpenCode under strace), which is not what any of these tests check.
+    A rollout with such a crash is a ``harness_error``, out of the gradient (``loop/rollout.py``)."""
+    run = _run_native_once(
+        harness, policy, tmp_path / "try-1", budget=budget, max_context=max_context, grade_it=grade_it
+    )
+    if fault_signal(run.exec_result) is None:
+        return run
+    warnings.warn(
+        f"{harness.name} crashed by itself ({run.result.summary.get('cause')}); running it again", stacklevel=2
+    )
+    again = _run_native_once(
+        harness, policy, tmp_path / "try-2", budget=budget, max_context=max_context, grade_it=grade_it
+    )
+    again.extra["runtime_crashes"] = 1
+    return again
+
+
+def _run_native_once(
+    harness, policy: Policy, tmp_path: Path, *, budget: Budget, max_context: int, grade_it: bool
+) -> Run:
     from legorl.grading.grader import grade
 
     need_sandbox()
+    tmp_path.mkdir(parents=True, exist_ok=True)
     task = get_task(TRIVIAL)
     tok = tokenizer()
     engine = ScriptedEngine(tok, policy, max_context=max_context)
@@ -154,7 +180,7 @@ def run_native(
     if grade_it:
         report = grade(task, diff, backend)
         reward = report.reward
-    return Run(result, turns, samples, diff, reward, report, connects, list(engine.prompts), seconds)
+    return Run(result, turns, samples, diff, reward, report, connects, list(engine.prompts), seconds, res)
 
 
 def tool_names(prompt: str) -> list[str]:

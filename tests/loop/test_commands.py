@@ -144,7 +144,8 @@ def test_gateway_command_serves_the_config_engine(monkeypatch, tmp_path):
     )
     engine, kw = calls[-1]
     assert (engine.type, engine.model, kw["port"], kw["run_dir"]) == ("embedded", "/models/x", 0, tmp_path)
-    assert runner.invoke(cli.app, ["gateway", "--engine", "vllm", "--port", "0"]).exit_code == 0
-    assert calls[-1][0].type == "vllm"
-    result = runner.invoke(cli.app, ["gateway", "--engine", "sglang"])  # not an engine we have
-    assert result.exit_code == 2 and "engine.type" in result.output and len(calls) == 2
+    for name in ("vllm", "sglang"):
+        assert runner.invoke(cli.app, ["gateway", "--engine", name, "--port", "0"]).exit_code == 0
+        assert calls[-1][0].type == name
+    result = runner.invoke(cli.app, ["gateway", "--engine", "tgi"])  # not an engine we have
+    assert result.exit_code == 2 and "engine.type" in result.output and len(calls) == 3

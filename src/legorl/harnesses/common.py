@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import signal
 from collections.abc import Callable, Mapping
 
 from legorl.harnesses.base import Budget, HarnessEnding, HarnessResult
@@ -207,10 +208,33 @@ def split_transcript(stdout: str) -> tuple[str, str]:
     return head, tail if sep else ""
 
 
+# Signals a process raises on itself when its own code faults: the agent program's runtime crashed
+# (a JavaScriptCore release assertion in Bun traps with SIGILL), which says nothing about the policy.
+FAULT_SIGNALS = frozenset({signal.SIGILL, signal.SIGTRAP, signal.SIGABRT, signal.SIGBUS, signal.SIGFPE, signal.SIGSEGV})
+
+
+def fault_signal(res: ExecResult) -> str | None:
+    """The name of the fault signal (:data:`FAULT_SIGNALS`) the harness program died of, if it did:
+    seen directly, or through the launch shell's exit code ``128 + n``."""
+    number = res.killed_by_signal or (res.exit_code - 128 if 128 < res.exit_code < 160 else None)
+    if number is None or number not in FAULT_SIGNALS:
+        return None
+    return signal.Signals(number).name
+
+
+def fault_cause(res: ExecResult) -> str | None:
+    """``cause`` for a harness program that crashed by itself (:func:`fault_signal`), else None."""
+    fault = fault_signal(res)
+    return None if fault is None else f"the harness program crashed ({fault}, exit code {res.exit_code})"
+
+
 def classify(res: ExecResult, finished: bool | None = None) -> tuple[HarnessEnding, str]:
     """(ending, cause). ``finished``: the adapter's own reading of the transcript (None: exit code 0)."""
     if res.timed_out:
         return "timeout", res.cause or "wall-clock budget"
+    fault = fault_cause(res)
+    if fault is not None and not res.cause:
+        return "crashed", fault
     if res.killed_by_signal:
         return "crashed", res.cause or f"killed by signal {res.killed_by_signal}"
     if res.exit_code != 0 and finished is not True:

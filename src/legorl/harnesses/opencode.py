@@ -35,7 +35,7 @@ import json
 from collections.abc import Mapping, Sequence
 
 from legorl.harnesses.base import Budget, HarnessEnding, HarnessInstall, HarnessResult
-from legorl.harnesses.common import ISSUE_PLACEHOLDER, json_lines, run_program
+from legorl.harnesses.common import ISSUE_PLACEHOLDER, fault_cause, json_lines, run_program
 from legorl.sandbox.base import ExecResult, Sandbox
 from legorl.tasks.model import Task
 
@@ -229,6 +229,9 @@ class OpenCodeHarness:
             ending = "budget"
         elif errors or res.exit_code != 0 or not steps:
             ending = "crashed"
+            fault = fault_cause(res)
+            if fault is not None:
+                summary["cause"] = fault
         elif last_reason == "stop":
             ending = "finished"
         elif last_reason == "length" or len(steps) >= budget.max_turns:

@@ -116,10 +116,10 @@ def load_engine(cfg: EngineConfig) -> tuple[Engine, Path]:
     from legorl.models.registry import resolve_model
 
     path = resolve_model(cfg.model)
-    if cfg.type == "vllm":
-        return _load_vllm(cfg, path), path
+    if cfg.type in ("vllm", "sglang"):
+        return _load_server_engine(cfg, path), path
     if cfg.type != "embedded":  # the config's Literal admits only what is built here
-        raise ConfigError(f"engine type {cfg.type!r} is not available (have: embedded, vllm)")
+        raise ConfigError(f"engine type {cfg.type!r} is not available (have: embedded, vllm, sglang)")
     from legorl.engines.embedded import EmbeddedEngine
 
     engine = EmbeddedEngine.from_pretrained(
@@ -128,27 +128,45 @@ def load_engine(cfg: EngineConfig) -> tuple[Engine, Path]:
     return engine, path
 
 
-def _load_vllm(cfg: EngineConfig, path: Path) -> Engine:
+def _load_server_engine(cfg: EngineConfig, path: Path) -> Engine:
+    """A vLLM or SGLang engine: at ``cfg.urls``, or on ``cfg.replicas`` servers started here."""
+    from legorl.engines.http_engine import HTTPEngine
+    from legorl.engines.server_process import ServerProcess
+    from legorl.engines.sglang import SGLangEngine, SGLangServer
     from legorl.engines.vllm import VLLMEngine
     from legorl.engines.vllm_server import VLLMServer, vllm_venv_python
     from legorl.models.registry import load_tokenizer
 
-    work = Path(tempfile.mkdtemp(prefix="vllm-", dir=_engine_work_root()))
-    servers: list[VLLMServer] = []
+    engine_class: type[HTTPEngine]
+    server_class: type[ServerProcess]
+    if cfg.type == "vllm":
+        engine_class, server_class, args = VLLMEngine, VLLMServer, cfg.vllm_args
+    else:
+        engine_class, server_class, args = SGLangEngine, SGLangServer, cfg.sglang_args
+    if not cfg.urls and cfg.type == "sglang" and not cfg.sglang_python:
+        raise ConfigError(
+            "engine.type sglang needs engine.urls (SGLang servers already running) or engine.sglang_python "
+            "(an interpreter with SGLang installed, to start them here): SGLang has no CPU build on PyPI"
+        )
+    work = Path(tempfile.mkdtemp(prefix=f"{cfg.type}-", dir=_engine_work_root()))
+    servers: list[ServerProcess] = []
     try:
         if not cfg.urls:
-            python = Path(cfg.vllm_python) if cfg.vllm_python else vllm_venv_python()
+            if cfg.type == "vllm":
+                python = Path(cfg.vllm_python) if cfg.vllm_python else vllm_venv_python()
+            else:
+                python = Path(str(cfg.sglang_python))
             for i in range(cfg.replicas):
-                server = VLLMServer(
+                server = server_class(
                     model=path,
                     python=python,
                     log_path=work / f"server-{i}.log",
                     max_model_len=cfg.max_model_len,
-                    extra_args=tuple(cfg.vllm_args),
+                    extra_args=tuple(args),
                 )
                 servers.append(server)
                 server.start()
-        return VLLMEngine(
+        return engine_class(
             cfg.urls or [s.base_url for s in servers],
             model_name=cfg.model,
             tokenizer=load_tokenizer(path),
@@ -160,8 +178,8 @@ def _load_vllm(cfg: EngineConfig, path: Path) -> Engine:
             weight_sync=cfg.weight_sync,
         )
     except BaseException:
-        for server in servers:
-            server.stop()
+        for started in servers:
+            started.stop()
         raise
 
 
