@@ -190,6 +190,25 @@ def test_bench_trainer_json():
 
 @pytest.mark.slow
 @pytest.mark.sandbox
+def test_bench_async_json(tmp_path):
+    """The CI smoke of the async benchmark: 2 small steps, synchronous then asynchronous."""
+    out = _bench(
+        "async",
+        ["--out", str(tmp_path), "--set", "steps=2", "--set", "tasks_per_step=2", "--set", "group_size=2"],
+    )
+    assert out["steps"] == 2 and out["max_staleness"] == 1 and out["dropped_stale"] == 0
+    assert out["async_speedup"] == pytest.approx(out["sync_wall_s"] / out["async_wall_s"], rel=1e-2)
+    assert sum(out["lag_histogram"].values()) > 0 and set(out["lag_histogram"]) <= {"0", "1"}
+    sync_cfg = json.loads((tmp_path / "sync" / "config.json").read_text())
+    async_cfg = json.loads((tmp_path / "async" / "config.json").read_text())
+    assert sync_cfg["max_staleness"] is None and async_cfg["max_staleness"] == 1
+    assert {k: v for k, v in sync_cfg.items() if k not in ("run_dir", "max_staleness")} == {
+        k: v for k, v in async_cfg.items() if k not in ("run_dir", "max_staleness")
+    }
+
+
+@pytest.mark.slow
+@pytest.mark.sandbox
 def test_bench_learn_json(tmp_path):
     """The CI smoke of the learning benchmark: 2 steps of both runs, a tiny held-out evaluation."""
     out = _bench(

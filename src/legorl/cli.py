@@ -688,6 +688,26 @@ def bench_trainer(
     _print_result(result, as_json)
 
 
+@bench_app.command("async")
+def bench_async(
+    config: Path | None = typer.Option(None, help="Run config (default: configs/demo.json)."),
+    out: Path = typer.Option(Path("runs/bench-async"), "--out", help="Output directory (sync/, async/)."),
+    set_: list[str] = typer.Option([], "--set", help=_SET_HELP),
+    max_staleness: int = typer.Option(1, "--max-staleness", min=0, help="The async run's max_staleness."),
+    as_json: bool = typer.Option(True, "--json/--no-json", help=keys_help("async")),
+) -> None:
+    """The same training work run synchronously and with asynchronous rollouts; the wall-time ratio
+    (async_speedup) and the async run's version-lag histogram (see legorl.bench.async_rollouts)."""
+    from legorl.bench.async_rollouts import run_async_bench
+    from legorl.config import shipped_config
+
+    try:
+        result = run_async_bench(config or shipped_config("demo"), out, _overrides(set_), max_staleness)
+    except LegoRLError as exc:
+        _fail(exc)
+    _print_result(result, as_json)
+
+
 @bench_app.command("learn")
 def bench_learn(
     config: Path | None = typer.Option(None, help="Run config with an eval section (default: configs/learn.json)."),

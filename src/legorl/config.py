@@ -344,6 +344,14 @@ class RunConfig(_Strict):
     steps: int = Field(2, ge=1, description="Training steps.")
     tasks_per_step: int = Field(3, ge=1, description="Distinct tasks per step.")
     group_size: int = Field(4, ge=2, description="Rollouts per task (the GSPO group).")
+    max_staleness: int | None = Field(
+        None,
+        ge=0,
+        description="null: synchronous (a step's rollouts start once the previous step's weights are in the engine). "
+        "k >= 0: asynchronous: the next step's rollouts run while this step trains; a sample is trained only if "
+        "its oldest weight version is at most k behind the trainer's, older ones are dropped and counted "
+        "(batch/dropped_stale). Needs a trainer apart from the engine (engine.colocate_trainer: false).",
+    )
     seed: int = Field(0, description="Seed for task order and sampling.")
     engine: EngineConfig = Field(default_factory=EngineConfig)
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
@@ -359,6 +367,15 @@ class RunConfig(_Strict):
     def _grpo_clip(self) -> RunConfig:
         if self.trainer.objective == "grpo" and self.trainer.eps_high < 0.01:
             raise ValueError("objective 'grpo' uses token ratios: set trainer.eps_low/eps_high (e.g. 0.2)")
+        return self
+
+    @model_validator(mode="after")
+    def _async_needs_a_separate_trainer(self) -> RunConfig:
+        if self.max_staleness is not None and self.engine.type == "embedded" and self.engine.colocate_trainer:
+            raise ValueError(
+                "max_staleness (asynchronous rollouts) needs engine.colocate_trainer: false: a colocated "
+                "trainer trains the very module the engine is sampling from"
+            )
         return self
 
     @classmethod

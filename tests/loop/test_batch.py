@@ -1,19 +1,13 @@
 import pytest
+from sample_records import tiny_sample
 
 from legorl.loop.batch import assemble_batch
 from legorl.loop.truncation import truncation_flag
-from legorl.trajectory.records import Flag, Rollout, Sample, Turn
+from legorl.trajectory.records import Flag, Rollout, Turn
 
 
 def _rollout(task, reward, status="ok", flags=(), truncated=False):
-    s = Sample(
-        rollout_id="r",
-        thread_id="main",
-        segment_index=0,
-        token_ids=[1, 2, 3],
-        loss_mask=[0, 1, 1],
-        rollout_logprobs=[0.0, -0.1, -0.2],
-    )
+    s = tiny_sample()
     return Rollout(
         rollout_id="r",
         task_id=task,

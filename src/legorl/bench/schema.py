@@ -75,6 +75,21 @@ RESULT_KEYS: dict[str, tuple[str, ...]] = {
         "grad_norm_rel_diff",
     ),
     # legorl.bench.learn.run_learn_bench
+    # legorl.bench.async_rollouts.run_async_bench
+    "async": (
+        "steps",
+        "max_staleness",
+        "engine",
+        "cpu_count",
+        "sync_wall_s",
+        "async_wall_s",
+        "async_speedup",
+        "lag_histogram",
+        "dropped_stale",
+        "sync_reward_mean",
+        "async_reward_mean",
+        "runs",
+    ),
     "learn": (
         "heldout_before",
         "heldout_after",

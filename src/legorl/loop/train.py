@@ -21,8 +21,9 @@ from legorl.loop.batch import Batch, assemble_batch
 from legorl.loop.control import RunState, read_control, wait_while_paused, write_control
 from legorl.loop.eval import evaluate_phase, phase_report_path
 from legorl.loop.provenance import write_manifest
-from legorl.loop.rollout import run_rollout
+from legorl.loop.rollout import RolloutContext, run_rollout
 from legorl.loop.stack import GatewayStack, build_harness, open_gateway_stack, rollout_context, sandbox_backend
+from legorl.loop.staleness import drop_stale
 from legorl.observe.memory import release_free_memory
 from legorl.observe.metrics import MetricsLogger, read_metrics
 from legorl.observe.monitors import AlertLog, Monitors
@@ -30,6 +31,7 @@ from legorl.observe.plots import run_reward_curve
 from legorl.observe.progress import NoProgress, PhaseProgress
 from legorl.observe.token_logprobs import TrainerLogprobs
 from legorl.tasks.loader import run_tasks
+from legorl.tasks.model import Task
 from legorl.training.checkpoint import (
     keep_metrics_until,
     latest_checkpoint,
@@ -83,7 +85,13 @@ async def train(
         phases.rollout_done(done)
         return done
 
+    async def collect(ctx: RolloutContext, step: int, chosen: list[Task], track: Any = None) -> list[Rollout]:
+        runs = [run_rollout(ctx, task, step, g) for task in chosen for g in range(cfg.group_size)]
+        return await asyncio.gather(*[track(r) for r in runs] if track else runs)
+
     history: list[dict[str, Any]] = []
+    # max_staleness set: the next step's rollouts, started before this step trains, and when they started
+    prefetched: tuple[asyncio.Future[list[Rollout]], float] | None = None
     try:
         # The gateway samples exactly as the trainer assumes (rollout=...), whatever the harness asks for.
         async with open_gateway_stack(cfg.engine, rollout=cfg.rollout, run_dir=run_dir) as stack:
@@ -129,16 +137,25 @@ async def train(
                     log.warning("run stopped before step %d (%s, by %s)", step, control.reason, control.by)
                     break
                 t0 = time.perf_counter()
-                chosen = rng.sample(tasks, min(cfg.tasks_per_step, len(tasks)))
-                phases.begin(f"step {step + 1}/{cfg.steps}: rollouts", total=len(chosen) * cfg.group_size)
-                rollouts: list[Rollout] = await asyncio.gather(
-                    *[tracked(run_rollout(ctx, task, step, g)) for task in chosen for g in range(cfg.group_size)]
-                )
+                rollouts: list[Rollout]
+                if prefetched is None:
+                    chosen = rng.sample(tasks, min(cfg.tasks_per_step, len(tasks)))
+                    phases.begin(f"step {step + 1}/{cfg.steps}: rollouts", total=len(chosen) * cfg.group_size)
+                    rollouts = await collect(ctx, step, chosen, tracked)
+                else:  # started while the previous step trained: its time counts from then
+                    (pending, t0), prefetched = prefetched, None
+                    phases.begin(f"step {step + 1}/{cfg.steps}: rollouts (started during the previous step)")
+                    rollouts = await pending
                 for r in rollouts:  # on disk before anything trains on them
                     store.append_rollout(r)
                 t_rollout = time.perf_counter() - t0
+                task_rng = rng.getstate()  # a resume from this step's checkpoint draws the next step's tasks
+                if cfg.max_staleness is not None and step + 1 < cfg.steps:
+                    upcoming = rng.sample(tasks, min(cfg.tasks_per_step, len(tasks)))
+                    prefetched = (asyncio.ensure_future(collect(ctx, step + 1, upcoming)), time.perf_counter())
+                stale = drop_stale(rollouts, trainer.version, cfg.max_staleness)
                 batch = assemble_batch(
-                    rollouts, cfg.grading.flagged_policy, cfg.trainer.truncated, cfg.trainer.truncated_reward
+                    stale.kept, cfg.grading.flagged_policy, cfg.trainer.truncated, cfg.trainer.truncated_reward
                 )
                 version_before = trainer.version
                 phases.begin(f"step {step + 1}/{cfg.steps}: training on {len(batch.samples)} samples")
@@ -160,6 +177,7 @@ async def train(
                     }
                 )
                 metrics.update({f"batch/dropped_{k}": v for k, v in batch.dropped.items()})
+                metrics.update(stale.metrics())
                 metrics_log.log(step, metrics)
                 acting = []  # alerts whose action pauses or stops the run (stop last: it wins)
                 for alert in sorted(monitors.after_step({"step": step, **metrics}), key=lambda a: a.level == "stop"):
@@ -176,7 +194,7 @@ async def train(
                         run_dir,
                         step,
                         trainer,
-                        {"next_step": step + 1, "task_rng": rng.getstate()},
+                        {"next_step": step + 1, "task_rng": task_rng},
                         metrics,
                         str(stack.model_path) if stack.model_path else None,
                     )
@@ -187,10 +205,16 @@ async def train(
                 history.append({"step": step, **metrics})
                 if on_step is not None:
                     on_step(step, metrics)
+            if prefetched is not None:  # stopped with the next step's rollouts running: keep them on disk
+                for r in await prefetched[0]:
+                    store.append_rollout(r)
+                prefetched = None
         # the trainer's weights and optimizer state (3x the model) and the closed engine's model must
         # not stay resident beside the trained model that the held-out evaluation loads next
         del trainer, ctx, engine, store, stack
     finally:
+        if prefetched is not None:  # an error: the rollouts started early are not waited for
+            prefetched[0].cancel()
         metrics_log.close()
         trainer_logprobs.close()
         release_free_memory()

@@ -16,6 +16,11 @@ Which logprobs play which role (defined here, once):
   ``logp.detach()`` and no separate pass is needed; with several optimiser steps (mini-batches,
   ``ppo_epochs > 1``) the trainer scores every sample once, without grad, before the first step.
 
+The same holds for asynchronous rollouts (``RunConfig.max_staleness``, :mod:`legorl.loop.staleness`):
+a sample sampled by older weights still has π_old = the trainer before this step (the proximal
+policy) and its behaviour policy = the engine's logprobs, so the TIS weight is what corrects for
+its staleness; nothing in the loss changes with the mode.
+
 Clipping (reported per step): a ratio term is *clipped low* when ``A < 0`` and the ratio is below
 ``1 − ε_low`` and *clipped high* when ``A > 0`` and it is above ``1 + ε_high`` — exactly the terms
 whose gradient the clip removes (the convention of TRL's ``clip_ratio/low_mean``/``high_mean``).

@@ -85,6 +85,7 @@ def build_samples(turns: Iterable[Turn], rollout_id: str) -> list[Sample]:
                 parent_thread_id=first.parent_thread_id,
                 parent_segment_index=first.parent_segment_index,
                 forked_from_turn=first.forked_from_turn,
+                weight_version=min(t.weight_version for _, t in spans),
             )
         )
     samples.sort(key=lambda s: s.turn_indices[0] if s.turn_indices else 0)

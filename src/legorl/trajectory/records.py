@@ -86,6 +86,9 @@ class Sample(BaseModel):
     parent_thread_id: str | None = None  # the thread / segment / turn this segment was started from
     parent_segment_index: int | None = None
     forked_from_turn: int | None = None
+    # the oldest weight version among its turns (each turn: the version in force when it finished);
+    # how stale the sample is when trained (legorl.loop.staleness); None: built before it was recorded
+    weight_version: int | None = None
 
     @model_validator(mode="after")
     def _lengths_agree(self) -> Sample:
