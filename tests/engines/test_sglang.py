@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -277,7 +278,11 @@ async def test_a_cancelled_generation_is_aborted_by_its_rid(tmp_path):
 
 async def test_weight_sync_pauses_loads_a_model_directory_and_continues(tmp_path):
     double = SGLangDouble()
-    engine = make_engine(double, tmp_path, model_dir=resolve_model("smollm2-135m"))
+    model_dir = tmp_path / "model"  # the served model as sharded checkpoints come: its old weights must not follow
+    shutil.copytree(resolve_model("smollm2-135m"), model_dir)
+    (model_dir / "model.safetensors").rename(model_dir / "model-00001-of-00001.safetensors")
+    (model_dir / "model.safetensors.index.json").write_text("{}")
+    engine = make_engine(double, tmp_path, model_dir=model_dir)
     state = {"model.norm.weight": torch.full((576,), 1.5)}
     assert await engine.update_weights(state) == 1
     control = [(p, b) for p, b in double.requests if p != "/generate"]
@@ -286,7 +291,9 @@ async def test_weight_sync_pauses_loads_a_model_directory_and_continues(tmp_path
     update = control[1][1]
     assert update["weight_version"] == "1" and update["abort_all_requests"] is False
     target = Path(update["model_path"])
-    assert {"config.json", "model.safetensors"} <= {f.name for f in target.iterdir()}  # a model directory
+    files = {f.name for f in target.iterdir()}
+    assert {"config.json", "model.safetensors"} <= files  # a model directory with the new weights only
+    assert not {"model-00001-of-00001.safetensors", "model.safetensors.index.json"} & files
     # a generation that began before the update and finished after it: the newest span's version
     double.script = [answer([3, 4], [-1.0, -1.0], version="1", spans=[("default", 0, 1), ("1", 1, 2)])]
     assert (await engine.generate([1], SamplingParams(max_tokens=2))).weight_version == 1

@@ -126,6 +126,11 @@ def meta_skeleton(model_dir: Path) -> Any:
         return AutoModelForCausalLM.from_config(config)  # type: ignore[no-untyped-call]
 
 
+def _is_weights_file(name: str) -> bool:
+    """The old weights (one file, shards or their index) must not sit beside the new ones."""
+    return name.endswith((".safetensors", ".bin", ".pt", ".pth", ".index.json"))
+
+
 def request_error(label: str, status: int, text: str) -> EngineError:
     """The error for a refused request (a status outside :data:`RETRY_STATUS`)."""
     low = text.lower()
@@ -337,7 +342,7 @@ class HTTPEngine:
         if self.model_dir is not None and (self.weight_sync == "restart" or self.whole_model_dir):
             # a whole model directory: what a server starts or reloads from (config, tokenizer, weights)
             for f in self.model_dir.iterdir():
-                if f.is_file() and not f.name.startswith(".") and not f.name.startswith("model.safetensors"):
+                if f.is_file() and not f.name.startswith(".") and not _is_weights_file(f.name):
                     shutil.copy2(f, target / f.name)
 
     async def _restart(self, url: str, target: Path, version: int) -> None:
