@@ -195,14 +195,25 @@ def test_opencode_step_budget_stops_a_model_that_never_answers(tmp_path):
             return "t"
         return tool_call("bash", {"command": f"echo {prompt.count('<tool_response>')}", "description": "x"})
 
-    run = run_native(
-        harness("opencode"),
-        policy,
-        tmp_path,
-        grade_it=False,
-        budget=Budget(max_turns=3, max_tokens_per_turn=256, wall_clock_s=240),
-    )
-    assert run.result.ending == "budget", (run.result.summary, run.result.log_tail)
+    # OpenCode now and then hangs until the wall clock (once in ~25 fresh-clone CI runs here, with no
+    # output: the launch shell prints the event stream only when OpenCode ends), as in the compaction
+    # test above; what this test checks is the watchdog, so a run that timed out is retried twice,
+    # and the test fails when none of three reaches the budget, with every attempt's summary.
+    failed: list[dict] = []
+    for attempt in range(3):
+        run = run_native(
+            harness("opencode"),
+            policy,
+            tmp_path / f"attempt{attempt}",
+            grade_it=False,
+            budget=Budget(max_turns=3, max_tokens_per_turn=256, wall_clock_s=90),  # a run takes ~16 s
+        )
+        if run.result.ending != "timeout":
+            break
+        failed.append({"ending": run.result.ending, **run.result.summary, "model_calls": len(run.turns)})
+    if failed:
+        print(f"\nOpenCode timed out {len(failed)} time(s) before a run reached its budget: {failed}")
+    assert run.result.ending == "budget", (run.result.summary, run.result.log_tail, failed)
     assert run.result.summary["stopped_by_step_budget"] and 4 <= run.result.summary["steps"] <= 5
     assert "maximum steps" in run.prompts[-1]
     assert run.diff == ""
