@@ -31,7 +31,9 @@ from legorl.config import RunConfig
 
 def run_async_bench(config: Path, out: Path, overrides: dict[str, object], max_staleness: int = 1) -> dict[str, Any]:
     from legorl.loop.train import train
+    from legorl.observe.progress import RichPhaseProgress
 
+    phases = RichPhaseProgress()  # on stderr: stdout carries the JSON; two training runs take minutes
     walls: dict[str, float] = {}
     histories: dict[str, list[dict[str, Any]]] = {}
     cfg: RunConfig | None = None
@@ -49,8 +51,17 @@ def run_async_bench(config: Path, out: Path, overrides: dict[str, object], max_s
         )
         if staleness is None:
             cfg = cfg.model_copy(update={"max_staleness": None})  # None overrides are skipped by load
+        phases.console.print(
+            f"[bold]{name}[/] run: {cfg.steps} steps × {cfg.tasks_per_step * cfg.group_size} rollouts"
+            f" (max_staleness {staleness}) → {out / name}"
+        )
+
+        def on_step(step: int, m: dict[str, Any], run: str = name, steps: int = cfg.steps) -> None:
+            phases.console.print(f"  {run} step {step + 1}/{steps}: {m['time/step_s']:.0f} s")
+
         t0 = time.perf_counter()
-        histories[name] = asyncio.run(train(cfg))
+        with phases:
+            histories[name] = asyncio.run(train(cfg, on_step=on_step, progress=phases))
         walls[name] = time.perf_counter() - t0
     assert cfg is not None
     lags: Counter[int] = Counter()
