@@ -150,6 +150,7 @@ def test_bench_engine_json():
     out = _bench("engine", ["--max-tokens", "4", "--concurrency", "2", "--repeats", "1", "--prefill-tokens", "16"])
     assert out["max_tokens"] == 4 and out["gen_tokens_per_s_2"] == out["gen_tokens_per_s_concurrent"]
     assert out["engine"] == "embedded" and out["recompute_tokens"] == 8 and out["recompute_pearson"] > 0.999
+    assert 0 < out["ttfc_fraction"] < 1  # the first chunk leaves before the last token is sampled
 
 
 @pytest.mark.slow
@@ -161,6 +162,7 @@ def test_bench_engine_vllm_json_has_the_same_keys():
     )
     assert out["engine"] == "vllm" and out["recompute_tokens"] == 64  # eos ignored: every request runs to 16
     assert out["recompute_pearson"] >= 0.999 and out["gen_tokens_per_s_4"] == out["gen_tokens_per_s_concurrent"]
+    assert 0 < out["ttfc_fraction"] < 1
 
 
 def test_bench_ui_json():

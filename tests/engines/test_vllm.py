@@ -8,6 +8,7 @@ real transport; the generation itself is always the real server's.
 from __future__ import annotations
 
 import asyncio
+import json
 
 import httpx
 import pytest
@@ -18,6 +19,9 @@ from legorl.engines.server_process import free_port
 from legorl.engines.vllm import VLLMEngine
 from legorl.engines.vllm_server import VLLMServer, vllm_venv_python
 from legorl.errors import EngineError, EngineOverloadedError
+from legorl.gateway.app import Gateway
+from legorl.gateway.renderer import ChatTemplateRenderer
+from legorl.gateway.server import GatewayServer
 from legorl.models.registry import load_model, load_tokenizer, resolve_model
 from legorl.training.logprobs import compute_token_logprobs
 
@@ -134,6 +138,76 @@ async def test_disk_weight_sync_reaches_every_later_token(server, tok, policy, t
     assert r.weight_version == 0
 
 
+async def test_a_streamed_generation_hands_over_tokens_while_the_server_samples(server, tok, tmp_path):
+    """The token route streams: ids reach the sink while the sequence is still running on the
+    server, and the result is the unstreamed one for the same seed."""
+    engine = _engine(server, tok, tmp_path)
+    prompt = list(tok("1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,")["input_ids"])  # no end of turn to stop at
+    sampling = SamplingParams(max_tokens=200, temperature=1.0, seed=21)
+    chunks: list[list[int]] = []
+    first = asyncio.Event()
+
+    def sink(ids: list[int]) -> None:
+        chunks.append(ids)
+        first.set()
+
+    try:
+        plain = await engine.generate(prompt, sampling)
+        task = asyncio.create_task(engine.generate(prompt, sampling, on_tokens=sink))
+        await first.wait()
+        still_running = (not task.done(), await _running(server), engine.health().active_requests)
+        streamed = await task
+    finally:
+        await engine.close()
+    assert len(plain.token_ids) >= 100  # long enough for "still running" to mean something
+    assert still_running == (True, 1, 1)
+    assert len(chunks) > 1 and [t for c in chunks for t in c] == streamed.token_ids
+    assert streamed.token_ids == plain.token_ids and streamed.logprobs == plain.logprobs
+    assert (streamed.finish_reason, streamed.weight_version) == (plain.finish_reason, plain.weight_version)
+
+
+async def test_the_gateway_streams_vllm_tokens_and_records_the_unstreamed_turn(server, tok, tmp_path):
+    """Through the gateway: text chunks reach the client before the Turn exists (it is recorded when
+    generation ends), and the streamed Turn equals the unstreamed one with the same seed."""
+    engine = _engine(server, tok, tmp_path)
+    gw = Gateway(engine, ChatTemplateRenderer(tok), model_name="smollm2-135m")
+    body = {
+        "model": "smollm2-135m",
+        "messages": [{"role": "user", "content": "Write a long story about a lighthouse keeper and the sea."}],
+        "max_tokens": 200,
+        "temperature": 1.0,
+        "seed": 5,
+    }
+    try:
+        async with GatewayServer(gw, port=0) as srv, httpx.AsyncClient(base_url=srv.base_url, timeout=120) as c:
+            plain = gw.open_session("plain")
+            r = await c.post("/chat/completions", json=body, headers={"Authorization": f"Bearer {plain}"})
+            assert r.status_code == 200
+            streamed = gw.open_session("streamed")
+            text, early = "", []
+            async with c.stream(
+                "POST",
+                "/chat/completions",
+                json={**body, "stream": True},
+                headers={"Authorization": f"Bearer {streamed}"},
+            ) as s:
+                async for line in s.aiter_lines():
+                    if line.startswith("data: {"):
+                        delta = (json.loads(line[6:]).get("choices") or [{}])[0].get("delta") or {}
+                        if delta.get("content"):
+                            text += delta["content"]
+                            early.append((not gw.session_turns(streamed), engine.health().active_requests))
+            (a,) = gw.session_turns(plain)
+            (b,) = gw.session_turns(streamed)
+    finally:
+        await engine.close()
+    assert len(a.output_token_ids) >= 100
+    assert early[0] == (True, 1)  # the first text arrived while vLLM was still generating
+    assert b.output_token_ids == a.output_token_ids and b.output_logprobs == a.output_logprobs
+    assert (b.prompt_token_ids, b.finish_reason, b.weight_version) == (a.prompt_token_ids, a.finish_reason, 0)
+    assert text == a.response["choices"][0]["message"]["content"] == b.response["choices"][0]["message"]["content"]
+
+
 class _Faults(httpx.AsyncBaseTransport):
     """The real transport, with the first ``statuses`` generate calls answered by a fault instead."""
 
@@ -171,6 +245,52 @@ async def test_retries_run_out_with_the_cause_named(server, tok, tmp_path):
     try:
         with pytest.raises(EngineOverloadedError, match="HTTP 429"):
             await engine.generate(_prompt(tok, "Say hi."), SamplingParams(max_tokens=8))
+    finally:
+        await engine.close()
+
+
+class _BreakAfter(httpx.AsyncByteStream):
+    """The real response body, cut by a connection reset after ``lines`` of it."""
+
+    def __init__(self, inner: httpx.AsyncByteStream, lines: int):
+        self.inner, self.lines = inner, lines
+
+    async def __aiter__(self):
+        seen = 0
+        async for chunk in self.inner:
+            yield chunk
+            seen += chunk.count(b"\n\n")
+            if seen >= self.lines:
+                raise httpx.ReadError("connection reset (injected)")
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+class _StreamBreaks(_Faults):
+    """Every generate answer's stream breaks after its first few events."""
+
+    def __init__(self):
+        super().__init__([])
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        response = await super().handle_async_request(request)
+        if not request.url.path.endswith("/generate"):
+            return response
+        assert isinstance(response.stream, httpx.AsyncByteStream)
+        return httpx.Response(response.status_code, headers=response.headers, stream=_BreakAfter(response.stream, 3))
+
+
+async def test_a_stream_that_breaks_after_tokens_went_out_is_not_retried(server, tok, tmp_path):
+    faults = _StreamBreaks()
+    engine = _engine(server, tok, tmp_path, transport=faults, backoff_s=0.01)
+    got: list[int] = []
+    try:
+        with pytest.raises(EngineError, match=r"stream broke after \d+ tokens: .*ReadError"):
+            await engine.generate(
+                _prompt(tok, "Tell me a story."), SamplingParams(max_tokens=64, seed=2), on_tokens=got.extend
+            )
+        assert got and faults.generate_calls == 1 and engine.stats["retries"] == 0  # the client has those tokens
     finally:
         await engine.close()
 

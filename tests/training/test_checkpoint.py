@@ -7,14 +7,13 @@ import os
 
 import pytest
 import torch
+from scored_samples import scored_sample
 from tiny_llama import tiny_llama
 from transformers import AutoModelForCausalLM, LlamaForCausalLM
 
 from legorl.config import TrainerConfig
 from legorl.training import checkpoint as ck
-from legorl.training.logprobs import compute_token_logprobs
 from legorl.training.trainer import Trainer
-from legorl.trajectory.records import Sample
 
 
 def _model(seed: int) -> LlamaForCausalLM:
@@ -23,24 +22,10 @@ def _model(seed: int) -> LlamaForCausalLM:
 
 def _samples(model, n=4):
     g = torch.Generator().manual_seed(3)
-    out = []
-    for i in range(n):
-        ids = torch.randint(0, 53, (10 + i,), generator=g).tolist()
-        with torch.no_grad():
-            lp = compute_token_logprobs(model, ids).tolist()
-        mask = [0, 0] + [1] * (len(ids) - 2)
-        out.append(
-            Sample(
-                rollout_id=f"r{i}",
-                thread_id="t",
-                segment_index=0,
-                token_ids=ids,
-                loss_mask=mask,
-                rollout_logprobs=[v if m else 0.0 for v, m in zip(lp, mask)],
-                advantage=(-1.0) ** i,
-            )
-        )
-    return out
+    return [
+        scored_sample(model, f"r{i}", torch.randint(0, 53, (10 + i,), generator=g).tolist(), 2, (-1.0) ** i, reward=0.0)
+        for i in range(n)
+    ]
 
 
 def _weights(model):

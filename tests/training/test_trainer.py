@@ -8,6 +8,7 @@ import math
 
 import pytest
 import torch
+from scored_samples import scored_sample
 from tiny_llama import tiny_llama
 from transformers import LlamaForCausalLM
 
@@ -24,30 +25,12 @@ def _model(seed: int = 0) -> LlamaForCausalLM:
     return tiny_llama(VOCAB, max_positions=256, seed=seed)
 
 
-def _sample(model, rollout_id: str, ids: list[int], prompt: int, advantage: float, shift: float = 0.0) -> Sample:
-    """A Sample of ``ids`` whose first ``prompt`` tokens are prompt; rollout logprobs: the model's
-    own, plus ``shift``."""
-    with torch.no_grad():
-        lp = compute_token_logprobs(model, ids).tolist()
-    mask = [0] * prompt + [1] * (len(ids) - prompt)
-    return Sample(
-        rollout_id=rollout_id,
-        thread_id="t",
-        segment_index=0,
-        token_ids=ids,
-        loss_mask=mask,
-        rollout_logprobs=[v + shift if m else 0.0 for v, m in zip(lp, mask)],
-        advantage=advantage,
-        reward=float(advantage > 0),
-    )
-
-
 def _samples(model, n: int = 6, seed: int = 1, rollout_shift: float = 0.0) -> list[Sample]:
     g = torch.Generator().manual_seed(seed)
     out = []
     for i in range(n):
         ids = torch.randint(0, VOCAB, (8 + 3 * i,), generator=g).tolist()
-        out.append(_sample(model, f"r{i}", ids, 3, 1.0 if i % 2 == 0 else -1.0, rollout_shift))
+        out.append(scored_sample(model, f"r{i}", ids, 3, 1.0 if i % 2 == 0 else -1.0, rollout_shift))
     return out
 
 
@@ -60,7 +43,7 @@ def _group_samples(model, groups: int = 2, size: int = 4, prompt: int = 20, seed
         head = torch.randint(0, VOCAB, (prompt + 1,), generator=g).tolist()
         for j in range(size):
             ids = head + torch.randint(0, VOCAB, (2 + 3 * j,), generator=g).tolist()
-            out.append(_sample(model, f"g{k}r{j}", ids, prompt, (1.0, -1.0, 0.5, -0.5)[j % 4]))
+            out.append(scored_sample(model, f"g{k}r{j}", ids, prompt, (1.0, -1.0, 0.5, -0.5)[j % 4]))
     return out
 
 

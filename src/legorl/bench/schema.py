@@ -28,6 +28,7 @@ RESULT_KEYS: dict[str, tuple[str, ...]] = {
         "recompute_pearson",
         "recompute_mean_abs_diff",
         "recompute_tokens",
+        "ttfc_fraction",
         "peak_rss_mb",
     ),
     # legorl.bench.gateway.run_gateway_bench

@@ -7,7 +7,7 @@ vLLM, SGLang) implements :class:`Engine`.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
@@ -18,6 +18,10 @@ if TYPE_CHECKING:
     import torch
 
 FinishReason = Literal["stop", "length", "cancelled", "error"]
+
+# Receives the token ids sampled since its last call, in order, on the caller's event loop, while the
+# generation runs (true streaming). Their concatenation is the result's ``token_ids``.
+TokenSink = Callable[[list[int]], None]
 
 
 @dataclass(frozen=True)
@@ -79,7 +83,11 @@ class Engine(Protocol):
     def weight_version(self) -> int: ...
 
     async def generate(self, prompt_token_ids: list[int], sampling: SamplingParams) -> GenerationResult:
-        """Sample one continuation. Cancelling the awaiting task cancels the generation."""
+        """Sample one continuation. Cancelling the awaiting task cancels the generation.
+
+        An engine that can stream sets ``streams_tokens = True`` and takes a keyword argument
+        ``on_tokens: TokenSink | None``; the gateway passes it only to such engines (see
+        :func:`streams_tokens`)."""
 
     async def update_weights(self, state_dict: Mapping[str, object], version: int | None = None) -> int:
         """Load new weights between generations; returns the new weight version."""
@@ -87,6 +95,11 @@ class Engine(Protocol):
     def health(self) -> EngineHealth: ...
 
     async def close(self) -> None: ...
+
+
+def streams_tokens(engine: object) -> bool:
+    """Whether ``engine.generate`` takes ``on_tokens`` and reports tokens as they are sampled."""
+    return bool(getattr(engine, "streams_tokens", False))
 
 
 @runtime_checkable

@@ -35,14 +35,16 @@ How it works
   context raises :class:`ContextLengthError`.
 
 The asyncio side (``generate``) only validates, enqueues and awaits a future the worker resolves
-through ``loop.call_soon_threadsafe``; any loop may call it. ``torch.set_num_threads`` is left to
-the caller.
+through ``loop.call_soon_threadsafe``; any loop may call it. With ``on_tokens`` each sampled token
+is handed to that sink the same way, as soon as its step ends (true streaming; the result is
+unchanged). ``torch.set_num_threads`` is left to the caller.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import logging
 import operator
 import random
@@ -51,12 +53,12 @@ import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from transformers.cache_utils import Cache, DynamicLayer
 
-from legorl.engines.base import EngineHealth, FinishReason, GenerationResult, SamplingParams
+from legorl.engines.base import EngineHealth, FinishReason, GenerationResult, SamplingParams, TokenSink
 from legorl.errors import (
     ContextLengthError,
     EngineError,
@@ -228,6 +230,7 @@ class _Request:
     loop: asyncio.AbstractEventLoop
     future: asyncio.Future[GenerationResult]
     generator: torch.Generator
+    on_tokens: TokenSink | None = None
     submitted: float = field(default_factory=time.perf_counter)
     cancelled: bool = False
 
@@ -378,7 +381,11 @@ class EmbeddedEngine:
             )
         return prompt, min(sampling.max_tokens, self.max_context - len(prompt))
 
-    async def generate(self, prompt_token_ids: list[int], sampling: SamplingParams) -> GenerationResult:
+    streams_tokens: ClassVar[bool] = True
+
+    async def generate(
+        self, prompt_token_ids: list[int], sampling: SamplingParams, *, on_tokens: TokenSink | None = None
+    ) -> GenerationResult:
         if self._closed:
             raise EngineOverloadedError("engine is closed")
         prompt, max_tokens = self._validate(prompt_token_ids, sampling)
@@ -386,7 +393,7 @@ class EmbeddedEngine:
         fut: asyncio.Future[GenerationResult] = loop.create_future()
         gen = torch.Generator(device="cpu")
         gen.manual_seed(sampling.seed if sampling.seed is not None else random.getrandbits(63))
-        req = _Request(prompt, sampling, max_tokens, loop, fut, gen)
+        req = _Request(prompt, sampling, max_tokens, loop, fut, gen, on_tokens)
         with self._cv:
             if self._closed:
                 raise EngineOverloadedError("engine is closed")
@@ -626,6 +633,10 @@ class EmbeddedEngine:
         tok, lp = sample_token(logits, s.temperature, s.top_k, s.top_p, row.req.generator)
         row.out.append(tok)
         row.lps.append(lp)
+        if row.req.on_tokens is not None:
+            # queued before the result (same loop, FIFO), so the sink has every token when the result lands
+            with contextlib.suppress(RuntimeError):  # the caller's loop is closed: nobody is listening
+                row.req.loop.call_soon_threadsafe(row.req.on_tokens, [tok])
         if tok in s.stop_token_ids or tok in self.eos_ids:
             row.finish = "stop"
         elif len(row.out) >= row.req.max_tokens:

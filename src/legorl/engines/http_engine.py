@@ -4,6 +4,9 @@
 * **Requests**: each generation carries its own request id. Cancelling the awaiting task closes the
   connection and also posts the backend's abort for that id (shielded from the cancellation), so the
   sequence stops taking a batch slot even behind a proxy that keeps the connection.
+* **Streaming** (backends with ``streams_tokens``): with ``on_tokens`` the request streams and each
+  chunk's token ids reach the sink as the server sends them; the result is the same as unstreamed.
+  A stream that breaks after tokens went out is not retried (the client has them): EngineError.
 * **Retries** with exponential backoff and jitter on 429, 5xx and connection errors; another 4xx is
   the request's own fault and is raised at once (:class:`InvalidRequestError`,
   :class:`ContextLengthError`). Retries exhausted: :class:`EngineError` naming the last cause (the
@@ -32,14 +35,14 @@ import random
 import shutil
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
 import httpx
 
-from legorl.engines.base import EngineHealth, GenerationResult, SamplingParams
+from legorl.engines.base import EngineHealth, GenerationResult, SamplingParams, TokenSink
 from legorl.errors import ContextLengthError, EngineError, EngineOverloadedError, InvalidRequestError
 
 log = logging.getLogger(__name__)
@@ -213,7 +216,11 @@ class HTTPEngine:
         first = int.from_bytes(hashlib.blake2b(prefix, digest_size=8).digest(), "big") % len(self.base_urls)
         return self.base_urls[first:] + self.base_urls[:first]
 
-    async def generate(self, prompt_token_ids: list[int], sampling: SamplingParams) -> GenerationResult:
+    streams_tokens: ClassVar[bool] = False  # a backend whose _read_stream parses its token stream sets it
+
+    async def generate(
+        self, prompt_token_ids: list[int], sampling: SamplingParams, *, on_tokens: TokenSink | None = None
+    ) -> GenerationResult:
         if not prompt_token_ids:
             raise InvalidRequestError("the prompt has no tokens")
         if len(prompt_token_ids) >= self.max_context:
@@ -224,6 +231,15 @@ class HTTPEngine:
             sampling = replace(sampling, max_tokens=max(1, self.max_context - len(prompt_token_ids)))
         request_id = f"legorl-{uuid.uuid4().hex}"
         body = self._body(prompt_token_ids, sampling, request_id)
+        streamed = [0]  # tokens handed to on_tokens: once any left, a failure can no longer be retried
+        sink: TokenSink | None = None
+        if on_tokens is not None and self.streams_tokens:
+            body = self._stream_body(body)
+
+            def sink(ids: list[int]) -> None:
+                streamed[0] += len(ids)
+                on_tokens(ids)
+
         self._active += 1
         self.stats["requests"] += 1
         t0 = time.perf_counter()
@@ -234,7 +250,7 @@ class HTTPEngine:
                 if reviving is not None:  # a restart is under way: wait for it rather than fail fast
                     await asyncio.shield(reviving)
                 try:
-                    response = await self._client.post(f"{url}{self.generate_path}", json=body)
+                    status, payload, text = await self._send(url, body, sink)
                 except httpx.TransportError as e:
                     cause = f"{url}: {type(e).__name__}: {e}"
                     server = self._server_at(url)
@@ -245,14 +261,16 @@ class HTTPEngine:
                         self._revive(server)
                         raise EngineError(cause) from e
                 else:
-                    if response.status_code == 200:
-                        result = self._result(response.json(), len(prompt_token_ids), time.perf_counter() - t0)
+                    if status == 200:
+                        result = self._result(payload, len(prompt_token_ids), time.perf_counter() - t0)
                         self._last_error = ""  # healthy again
                         return result
-                    cause = f"{url}: HTTP {response.status_code}: {response.text[:500]}"
-                    if response.status_code not in RETRY_STATUS:
-                        raise request_error(self.label, response.status_code, response.text)
+                    cause = f"{url}: HTTP {status}: {text[:500]}"
+                    if status not in RETRY_STATUS:
+                        raise request_error(self.label, status, text)
                 self._last_error = cause
+                if streamed[0]:  # the client has these tokens already: a retry would sample others
+                    raise EngineError(f"{self.label} stream broke after {streamed[0]} tokens: {cause}")
                 if attempt >= self.retries:
                     if "HTTP 429" in cause:
                         raise EngineOverloadedError(
@@ -274,6 +292,20 @@ class HTTPEngine:
             raise
         finally:
             self._active -= 1
+
+    async def _send(self, url: str, body: dict[str, Any], sink: TokenSink | None) -> tuple[int, Any, str]:
+        """One generate request -> (HTTP status, the JSON payload when 200, the body text otherwise).
+        With ``sink`` the request streams: each chunk's tokens reach the sink as they arrive, and the
+        payload is the streamed chunks put back into the non-streamed shape (:meth:`_read_stream`)."""
+        if sink is None:
+            response = await self._client.post(f"{url}{self.generate_path}", json=body)
+            if response.status_code != 200:
+                return response.status_code, None, response.text
+            return 200, response.json(), ""
+        async with self._client.stream("POST", f"{url}{self.generate_path}", json=body) as response:
+            if response.status_code != 200:
+                return response.status_code, None, (await response.aread()).decode("utf-8", "replace")
+            return 200, await self._read_stream(response.aiter_lines(), sink), ""
 
     def _server_at(self, url: str) -> EngineServer | None:
         return next((s for s in self.servers if s.base_url == url), None)
@@ -417,6 +449,16 @@ class HTTPEngine:
 
     def _body(self, prompt_token_ids: list[int], sampling: SamplingParams, request_id: str) -> dict[str, Any]:
         """The generate request's JSON body."""
+        raise NotImplementedError
+
+    def _stream_body(self, body: dict[str, Any]) -> dict[str, Any]:
+        """The same request, streamed (only for backends with ``streams_tokens``)."""
+        raise NotImplementedError
+
+    async def _read_stream(self, lines: AsyncIterator[str], sink: TokenSink) -> Any:
+        """Read a streamed answer's lines, hand each chunk's new tokens to ``sink``, and return the
+        whole answer in the shape :meth:`_result` reads. An error the server reports inside the
+        stream raises :class:`EngineError`."""
         raise NotImplementedError
 
     def _result(self, payload: dict[str, Any], prompt_tokens: int, elapsed: float) -> GenerationResult:

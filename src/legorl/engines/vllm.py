@@ -10,6 +10,9 @@ format.
   logprob is that of the sampled token under the distribution it was drawn from (after temperature,
   top-k, top-p), as :class:`~legorl.engines.base.GenerationResult` requires. The engine never sees
   text: the gateway owns tokenization.
+* Streaming: the same route with ``stream: true`` sends the tokens as they are sampled (server-sent
+  events); :meth:`VLLMEngine._read_stream` hands each chunk's ids to the gateway and puts the chunks
+  back together into the unstreamed answer.
 * Abort: ``/abort_requests`` with the request's id (vLLM also aborts a request whose client went away).
 * Weight sync by disk: each replica is paused (``keep``: requests in flight are frozen, not lost),
   reloads the weights (``collective_rpc reload_weights``), takes the new version
@@ -25,10 +28,12 @@ Launching servers (venv, command line, readiness) is :mod:`legorl.engines.vllm_s
 
 from __future__ import annotations
 
+import json
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, ClassVar
 
-from legorl.engines.base import FinishReason, GenerationResult, SamplingParams
+from legorl.engines.base import FinishReason, GenerationResult, SamplingParams, TokenSink
 from legorl.engines.http_engine import HTTPEngine
 from legorl.errors import EngineError
 
@@ -61,6 +66,43 @@ class VLLMEngine(HTTPEngine):
             "output_mode": "tokens",
             "stream": False,
         }
+
+    streams_tokens: ClassVar[bool] = True
+
+    def _stream_body(self, body: dict[str, Any]) -> dict[str, Any]:
+        return {**body, "stream": True, "stream_options": {"include_usage": True}}
+
+    async def _read_stream(self, lines: AsyncIterator[str], sink: TokenSink) -> dict[str, Any]:
+        """vLLM's token stream: ``data:`` chunks, each with the new token ids and their logprobs; the
+        last choice chunk has the finish reason and the weight-version spans, a choice-less chunk the
+        usage; ``[DONE]`` ends it. An error inside the stream is a chunk with ``error``."""
+        token_ids: list[int] = []
+        logprobs: list[Any] = []
+        choice: dict[str, Any] = {"finish_reason": None}
+        usage: dict[str, Any] = {}
+        async for line in lines:
+            if not line.startswith("data:"):
+                continue
+            data = line[5:].strip()
+            if data == "[DONE]":
+                break
+            try:
+                chunk = json.loads(data)
+            except ValueError as e:
+                raise EngineError(f"vLLM streamed a chunk that is not JSON: {data[:300]}") from e
+            if chunk.get("error") is not None or chunk.get("object") == "error":
+                raise EngineError(f"vLLM reported an error in the stream: {str(chunk.get('error', chunk))[:500]}")
+            usage = chunk.get("usage") or usage
+            for c in chunk.get("choices") or []:
+                new = [int(t) for t in c.get("token_ids") or []]
+                token_ids += new
+                logprobs += (c.get("logprobs") or {}).get("content") or []
+                for key in ("finish_reason", "weight_versions"):
+                    if c.get(key) is not None:
+                        choice[key] = c[key]
+                if new:
+                    sink(new)
+        return {"choices": [{**choice, "token_ids": token_ids, "logprobs": {"content": logprobs}}], "usage": usage}
 
     def _result(self, payload: dict[str, Any], prompt_tokens: int, elapsed: float) -> GenerationResult:
         try:

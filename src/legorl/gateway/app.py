@@ -65,14 +65,14 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, NoReturn, TypeVar
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from legorl.engines.base import Engine, GenerationResult, SamplingParams
+from legorl.engines.base import Engine, GenerationResult, SamplingParams, streams_tokens
 from legorl.errors import (
     ClientDisconnected,
     ContextLengthError,
@@ -81,9 +81,9 @@ from legorl.errors import (
     GatewayError,
     InvalidRequestError,
 )
-from legorl.gateway.completion import Completion
+from legorl.gateway.completion import Completion, StreamStart
 from legorl.gateway.dialects.anthropic_messages import AnthropicMessages
-from legorl.gateway.dialects.base import Dialect, parse_json_object
+from legorl.gateway.dialects.base import CoreCall, Dialect, parse_json_object
 from legorl.gateway.dialects.openai_chat import OpenAIChat
 from legorl.gateway.dialects.openai_responses import OpenAIResponses
 from legorl.gateway.renderer import Message, ParsedOutput, Renderer
@@ -96,6 +96,7 @@ from legorl.gateway.sessions import (
     Thread,
     thread_from_headers,
 )
+from legorl.gateway.streaming import LiveText, TokenFeed
 from legorl.trajectory.alignment import Alignment
 from legorl.trajectory.records import AlignmentEvent, Turn
 from legorl.trajectory.store import RunStore
@@ -364,10 +365,12 @@ class Gateway:
         raw_request: dict[str, Any] | None = None,
         make_response: Callable[[Completion], dict[str, Any]] | None = None,
         context_param: str = "messages",
+        feed: TokenFeed | None = None,
     ) -> Completion:
         """Check the session's budget, align, generate, parse and record one call.
         ``make_response(completion) -> dict`` builds the wire response, which is stored in the Turn
-        before this returns. Raises GatewayError (:class:`BudgetRefusal` when the budget says no)."""
+        before this returns. ``feed``: receives the sampled token ids while they are generated (when
+        the engine streams). Raises GatewayError (:class:`BudgetRefusal` when the budget says no)."""
         call = _Call(
             session, thread_id, session.allocate_turn_index(), dialect, raw_request, context_param, time.perf_counter()
         )
@@ -401,6 +404,7 @@ class Gateway:
                     stop=stop,
                     make_response=make_response,
                     cap=ticket.max_tokens,
+                    feed=feed,
                 )
             except asyncio.CancelledError:  # the client left during generation: the engine worked
                 refund = False
@@ -478,6 +482,7 @@ class Gateway:
         stop: Sequence[str],
         make_response: Callable[[Completion], dict[str, Any]] | None,
         cap: int | None,
+        feed: TokenFeed | None = None,
     ) -> Completion:
         alignment: Alignment | None = None
         sampling: SamplingParams | None = None
@@ -491,7 +496,12 @@ class Gateway:
             await self._fail(call, exc, alignment, sampling, timings, engine=False)
         try:
             t1 = time.perf_counter()
-            gen: Awaitable[GenerationResult] = self.engine.generate(alignment.prompt_token_ids, sampling)
+            gen: Awaitable[GenerationResult]
+            if feed is not None and streams_tokens(self.engine):
+                feed.start = StreamStart(len(alignment.prompt_token_ids), self.engine.weight_version)
+                gen = self.engine.generate(alignment.prompt_token_ids, sampling, on_tokens=feed.push)  # type: ignore[call-arg]
+            else:
+                gen = self.engine.generate(alignment.prompt_token_ids, sampling)
             if self.generate_timeout_s is not None:
                 gen = asyncio.wait_for(gen, self.generate_timeout_s)
             result = await gen
@@ -636,8 +646,9 @@ class Gateway:
         def respond(c: Completion) -> dict[str, Any]:
             return dialect.make_response(call, c)
 
-        try:
-            completion = await run_until_disconnect(
+        feed = TokenFeed() if call.stream else None
+        work = asyncio.ensure_future(
+            run_until_disconnect(
                 request,
                 self.complete(
                     session,
@@ -653,19 +664,57 @@ class Gateway:
                     raw_request=body,
                     make_response=respond,
                     context_param=dialect.context_param,
+                    feed=feed,
                 ),
             )
+        )
+        try:
+            if feed is not None:
+                # the status line waits for the first sampled tokens: an error before them (budget,
+                # context, an engine that never started) is still an HTTP error in the dialect's shape
+                if await feed.started(work):
+                    return _event_stream(self._live_events(dialect, call, feed, work))
+            completion = await work
+        except asyncio.CancelledError:
+            work.cancel()
+            raise
         except GatewayError as err:
             return dialect.error_response(err)
         except ClientDisconnected:
             return Response(status_code=499)  # nobody is listening any more
         if call.stream:
-            return StreamingResponse(
-                dialect.stream(call, completion),
-                media_type="text/event-stream",
-                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-            )
+            return _event_stream(dialect.stream(call, completion))
         return JSONResponse(completion.turn.response)
+
+    async def _live_events(
+        self, dialect: Dialect, call: CoreCall, feed: TokenFeed, work: asyncio.Future[Completion]
+    ) -> AsyncIterator[bytes]:
+        """A response streamed while it is generated: the head, the text as it becomes final
+        (:class:`LiveText`), then the rest from the finished call — or its error, in the stream."""
+        assert feed.start is not None  # set before the engine's first token
+        writer = dialect.stream_writer(call, feed.start)
+        live = LiveText(self.renderer, call.stop)
+        try:
+            for event in writer.head():
+                yield event
+            while (ids := await feed.next(work)) is not None:
+                for event in writer.text(live.feed(ids)):
+                    yield event
+            try:
+                completion = work.result()
+            except GatewayError as err:
+                for event in writer.error(err):
+                    yield event
+                return
+            except ClientDisconnected:
+                return
+            for event in writer.finish(completion):
+                yield event
+        finally:
+            if not work.done():  # the client went away mid-stream: the generation stops, its Turn says so
+                work.cancel()
+                with contextlib.suppress(asyncio.CancelledError, ClientDisconnected, GatewayError):
+                    await work
 
     async def count_tokens(self, request: Request) -> Response:
         dialect = self.anthropic
@@ -750,6 +799,12 @@ class Gateway:
         app.add_api_route("/", _root, methods=["GET"])
         app.add_api_route("/health", _health, methods=["GET"])
         return app
+
+
+def _event_stream(events: AsyncIterator[bytes]) -> StreamingResponse:
+    return StreamingResponse(
+        events, media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    )
 
 
 # --------------------------------------------------------------------------- routes

@@ -37,3 +37,16 @@ def legorl_info(completion: Completion) -> dict[str, Any]:
         "weight_version": turn.weight_version,
         "unparsed_tool_calls": completion.parsed.unparsed_tool_calls,
     }
+
+
+@dataclass(frozen=True)
+class StreamStart:
+    """What a streamed response says before its first token: known once the prompt is aligned."""
+
+    prompt_tokens: int
+    weight_version: int
+
+    @classmethod
+    def of(cls, completion: Completion) -> StreamStart:
+        """The start of a stream written after the whole completion is known."""
+        return cls(completion.prompt_tokens, completion.turn.weight_version)

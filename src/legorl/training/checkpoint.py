@@ -15,7 +15,8 @@ file fsynced, then renamed into place; ``latest`` is replaced by rename after th
 any point leaves either the previous checkpoint as ``latest`` or the new one complete — never a
 half-written one under a ``step-*`` name (:func:`latest_checkpoint` also ignores any directory
 without ``meta.json``). torch.distributed.checkpoint works in a single process without
-``init_process_group`` (it then assumes one rank).
+``init_process_group`` (it then assumes one rank). With several ranks (FSDP2) every rank writes its
+shards into the same directory and rank 0 finishes it; a checkpoint loads at any world size.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from typing import Any
 
 import torch
 
+from legorl.training import distributed as dp
 from legorl.training.trainer import Trainer
 
 __all__ = [
@@ -138,13 +140,34 @@ def save_checkpoint(
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
     root = Path(run_dir) / CHECKPOINTS
-    root.mkdir(parents=True, exist_ok=True)
     final = root / f"step-{step:06d}"
-    tmp = root / f".tmp-step-{step:06d}-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
+    # several ranks write their shards into one directory; rank 0 alone finishes it
+    lead = dp.rank() == 0
+    tmp = root / (f".tmp-step-{step:06d}" if dp.is_distributed() else f".tmp-step-{step:06d}-{os.getpid()}")
+    if lead:
+        root.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+    dp.barrier()
     model_sd, optim_sd = get_state_dict(trainer.model, trainer.optimizer)
     with _single_process():
         dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(tmp))
+    dp.barrier()
+    if lead:
+        _finish_checkpoint(tmp, final, root, step, trainer, loop_state, metrics, base_model)
+    dp.barrier()
+    return final
+
+
+def _finish_checkpoint(
+    tmp: Path,
+    final: Path,
+    root: Path,
+    step: int,
+    trainer: Trainer,
+    loop_state: dict[str, Any],
+    metrics: dict[str, Any] | None,
+    base_model: str | None,
+) -> None:
     for f in tmp.iterdir():
         with open(f, "rb") as fh:
             os.fsync(fh.fileno())
@@ -162,7 +185,6 @@ def save_checkpoint(
     os.replace(tmp, final)
     _fsync_dir(root)
     _write_atomic(root / _LATEST, final.name)
-    return final
 
 
 def latest_checkpoint(run_dir: str | Path) -> Path | None:

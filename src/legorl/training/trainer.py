@@ -23,6 +23,9 @@ batch:
 4. samples without a gradient (zero advantage, or ``monitor``) are scored without grad for the
    fidelity statistics only.
 
+Inside a process group of several ranks (FSDP2, :mod:`legorl.training.distributed`) each rank runs
+its token-balanced share of every mini-batch and the step equals the single-process one.
+
 The learning rate follows ``lr_warmup_steps`` / ``lr_schedule`` in training steps (batches), set at
 the start of each step from the step index alone, so a resumed trainer needs no scheduler state.
 Everything a resume needs is in :meth:`Trainer.state` / :meth:`Trainer.load_state`.
@@ -33,13 +36,15 @@ from __future__ import annotations
 import copy
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
 
 from legorl.config import TrainerConfig
+from legorl.errors import ConfigError
+from legorl.training import distributed as dp
 from legorl.training.gspo import LossConfig, aggregate_losses, mismatch_stats, needs_old_recompute, sample_loss
 from legorl.training.logprobs import (
     compute_token_logprobs_batch,
@@ -183,7 +188,11 @@ class Trainer:
         seed: int = 0,
         pad_token_id: int = 0,
     ) -> None:
-        self.model = model
+        # several ranks: the FSDP root (every forward goes through it); the policy is inside it
+        self.root = model if isinstance(model, dp.ShardedPolicy) else None
+        self.model: torch.nn.Module = self.root.policy if self.root is not None else model
+        self.sharded = self.root is not None and dp.is_distributed()
+        self.ranks, self.rank = (dp.world_size(), dp.rank()) if self.sharded else (1, 0)
         self.cfg = cfg
         self.temperature = temperature
         self.total_steps = total_steps
@@ -192,11 +201,15 @@ class Trainer:
         self.loss_cfg = LossConfig(
             cfg.objective, cfg.eps_low, cfg.eps_high, cfg.tis_cap, cfg.kl_coef, cfg.loss_aggregation
         )
-        self.optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.lr, weight_decay=0.0)
         # KL anchor: the initial policy, frozen (only kept when it is used)
         self.reference: torch.nn.Module | None = None
+        if cfg.kl_coef > 0 and self.sharded:
+            raise ConfigError(
+                "trainer.kl_coef > 0 is not supported on several ranks yet (the reference model is not sharded)"
+            )
         if cfg.kl_coef > 0:
-            self.reference = copy.deepcopy(model).eval().requires_grad_(False)
+            self.reference = copy.deepcopy(self.model).eval().requires_grad_(False)
         self.version = 0  # weight version: batches that changed the weights
         self.step_index = 0  # training steps taken (the schedule's clock)
         # The last step's pre-update logprobs of each sample's sampled tokens (by sample identity):
@@ -205,12 +218,22 @@ class Trainer:
         self._step_logprobs: dict[int, torch.Tensor] = {}
 
     # -- scoring ---------------------------------------------------------------------------------
+    def _run(
+        self, model: torch.nn.Module, fn: Callable[..., list[torch.Tensor]], *args: Any, **kw: Any
+    ) -> list[torch.Tensor]:
+        """``fn(model, ...)``; the sharded policy through its FSDP root."""
+        if self.root is not None and model is self.model:
+            out: list[torch.Tensor] = self.root(fn, *args, **kw)
+            return out
+        return fn(model, *args, **kw)
+
     def _logprobs(
         self, model: torch.nn.Module, samples: Sequence[Sample], prefix_len: int | None = None
     ) -> list[torch.Tensor]:
         if prefix_len is not None:
-            return compute_token_logprobs_shared_prefix(
+            return self._run(
                 model,
+                compute_token_logprobs_shared_prefix,
                 [s.token_ids for s in samples],
                 prefix_len,
                 temperature=self.temperature,
@@ -219,11 +242,16 @@ class Trainer:
                 score_from=min(_first_sampled(s.loss_mask) for s in samples),
             )
         if self.cfg.packing:
-            return compute_token_logprobs_packed(
-                model, [s.token_ids for s in samples], temperature=self.temperature, chunk_size=self.cfg.chunk_size
+            return self._run(
+                model,
+                compute_token_logprobs_packed,
+                [s.token_ids for s in samples],
+                temperature=self.temperature,
+                chunk_size=self.cfg.chunk_size,
             )
-        return compute_token_logprobs_batch(
+        return self._run(
             model,
+            compute_token_logprobs_batch,
             [s.token_ids for s in samples],
             temperature=self.temperature,
             pad_token_id=self.pad_token_id,
@@ -315,6 +343,8 @@ class Trainer:
             self.version += 1
         self.step_index += 1
         self.optimizer.zero_grad(set_to_none=True)
+        if self.sharded:
+            stats = _merge_ranks(stats)
         mm = mismatch_stats(torch.cat(fid_trainer), torch.cat(fid_rollout)) if fid_trainer else None
 
         metrics: dict[str, Any] = {
@@ -359,8 +389,17 @@ class Trainer:
         total_tokens = sum(s.num_sampled for s in mb)
         loss_value = 0.0
         fid: list[torch.Tensor] = [torch.empty(0)] * len(mb)
-        for fp in self._plan(mb):
-            part = fp.indices
+        # this rank's share (all of it in one process); FSDP averages gradients over ranks, the
+        # loss is already normalised by the whole mini-batch: scale back to the sum of the shares
+        mine = dp.split_by_tokens([len(s.token_ids) for s in mb], self.ranks)[self.rank]
+        scale = float(self.ranks)
+        passes = self._plan([mb[i] for i in mine])
+        # FSDP's collectives must line up: as many passes on every rank (extra ones weigh nothing)
+        n_passes = dp.max_over_ranks(len(passes)) if self.sharded else len(passes)
+        for _ in range(n_passes - len(passes)):
+            self._zero_pass()
+        for fp in passes:
+            part = [mine[k] for k in fp.indices]
             rows = [mb[i] for i in part]
             with recompute_decoder_layers(self.model, self.cfg.gradient_checkpointing):
                 lps = self._logprobs(self.model, rows, fp.prefix_len)
@@ -384,19 +423,29 @@ class Trainer:
             part_loss = aggregate_losses(
                 losses, [s.num_sampled for s in rows], self.loss_cfg.aggregation, total_samples, total_tokens
             )
-            torch.autograd.backward(part_loss)  # a recomputed layer replays its own saved forward
+            # a recomputed layer replays its own saved forward
+            torch.autograd.backward(part_loss * scale if scale != 1.0 else part_loss)
             loss_value += float(part_loss.detach())
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
-        stats.grad_norms.append(float(grad_norm))
+        stats.grad_norms.append(float(dp.full_tensor(grad_norm)))
         self.optimizer.step()
         if fidelity is not None:
+            if self.sharded:
+                for share in dp.gather_objects({i: fid[i] for i in mine}):
+                    for i, t in share.items():
+                        fid[i] = t
             fidelity.extend(fid)
-        return loss_value
+        return dp.sum_over_ranks(loss_value) if self.sharded else loss_value
+
+    def _zero_pass(self) -> None:
+        """A forward/backward through every layer that adds nothing to the gradients."""
+        (lp,) = self._run(self.model, compute_token_logprobs_batch, [[self.pad_token_id] * 2])
+        torch.autograd.backward(lp.sum() * 0.0)
 
     # -- weights and state -----------------------------------------------------------------------
     def state_dict(self) -> dict[str, torch.Tensor]:
-        """The policy's weights (what the engine loads)."""
-        return {k: v.detach() for k, v in self.model.state_dict().items()}
+        """The policy's weights (what the engine loads): whole tensors, also when sharded."""
+        return dp.full_state_dict(self.model)
 
     def state(self) -> dict[str, Any]:
         """Everything a resumed trainer needs besides the model: optimizer, counters."""
@@ -406,6 +455,18 @@ class Trainer:
         self.optimizer.load_state_dict(state["optimizer"])
         self.version = int(state["version"])
         self.step_index = int(state["step_index"])
+
+
+def _merge_ranks(stats: _StepStats) -> _StepStats:
+    """The step's statistics over every rank's share (losses and gradient norms are global already)."""
+    shares: list[_StepStats] = dp.gather_objects(stats)
+    merged = _StepStats(losses=stats.losses, grad_norms=stats.grad_norms)
+    for share in shares:
+        for name in ("ratios", "clipped_low", "clipped_high", "tis", "kl"):
+            getattr(merged, name).extend(getattr(share, name))
+        for name in ("forward_passes", "fed_tokens", "pad_tokens", "sample_tokens"):
+            setattr(merged, name, getattr(merged, name) + getattr(share, name))
+    return merged
 
 
 def _count_tokens(stats: _StepStats, lengths: Sequence[int], prefix_len: int | None, packing: bool) -> None:

@@ -23,7 +23,8 @@ tokens the engine saw and ``output_tokens`` = the sampled tokens (stop token inc
 Stream: every event is an ``event:`` line plus a ``data:`` line — ``message_start``,
 ``content_block_start`` / ``content_block_delta`` (``text_delta`` per token, ``input_json_delta``
 per token of the arguments JSON) / ``content_block_stop``, ``message_delta`` (stop_reason, usage),
-``message_stop``.
+``message_stop``. Text deltas go out as the text is sampled (:mod:`legorl.gateway.streaming`); a
+failure after ``message_start`` is an ``error`` event with the error body, and the stream ends.
 
 Errors: ``{"type": "error", "error": {"type", "message"}}`` — 400 ``invalid_request_error``
 (context overflow: ``"prompt is too long: N tokens > M maximum"``, which makes Claude Code
@@ -36,7 +37,6 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, ValidationError
@@ -49,6 +49,7 @@ from legorl.gateway.dialects.base import (
     Dialect,
     GatewayError,
     Loose,
+    StreamWriter,
     join_content,
     split_json_pieces,
     sse,
@@ -58,7 +59,7 @@ from legorl.gateway.dialects.base import (
 from legorl.gateway.renderer import Message, normalize_tools
 
 if TYPE_CHECKING:  # pragma: no cover
-    from legorl.gateway.completion import Completion
+    from legorl.gateway.completion import Completion, StreamStart
 
 DIALECT = "anthropic.messages"
 
@@ -379,7 +380,7 @@ class AnthropicMessages(Dialect):
             stop_reason = "end_turn"
         cached = min(completion.cached_prompt_tokens, completion.prompt_tokens)
         return {
-            "id": "msg_" + uuid.uuid4().hex,
+            "id": message_id(call),
             "type": "message",
             "role": "assistant",
             "model": self.model_name,
@@ -395,51 +396,8 @@ class AnthropicMessages(Dialect):
             "x_legorl": legorl_info(completion),
         }
 
-    async def stream(self, call: CoreCall, completion: Completion) -> AsyncIterator[bytes]:
-        resp = completion.turn.response
-        usage = resp["usage"]
-        start = {k: v for k, v in resp.items() if k != "x_legorl"}
-        start.update(content=[], stop_reason=None, stop_sequence=None, usage={**usage, "output_tokens": 1})
-        yield sse({"type": "message_start", "message": start}, "message_start")
-        for idx, block in enumerate(resp["content"]):
-            if block["type"] == "text":
-                yield sse(
-                    {"type": "content_block_start", "index": idx, "content_block": {"type": "text", "text": ""}},
-                    "content_block_start",
-                )
-                for piece in text_pieces(self.renderer, block["text"]):
-                    yield sse(
-                        {"type": "content_block_delta", "index": idx, "delta": {"type": "text_delta", "text": piece}},
-                        "content_block_delta",
-                    )
-            else:
-                yield sse(
-                    {
-                        "type": "content_block_start",
-                        "index": idx,
-                        "content_block": {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}},
-                    },
-                    "content_block_start",
-                )
-                for piece in split_json_pieces(self.renderer, json.dumps(block["input"], ensure_ascii=False)):
-                    yield sse(
-                        {
-                            "type": "content_block_delta",
-                            "index": idx,
-                            "delta": {"type": "input_json_delta", "partial_json": piece},
-                        },
-                        "content_block_delta",
-                    )
-            yield sse({"type": "content_block_stop", "index": idx}, "content_block_stop")
-        yield sse(
-            {
-                "type": "message_delta",
-                "delta": {"stop_reason": resp["stop_reason"], "stop_sequence": resp["stop_sequence"]},
-                "usage": usage,
-            },
-            "message_delta",
-        )
-        yield sse({"type": "message_stop"}, "message_stop")
+    def stream_writer(self, call: CoreCall, start: StreamStart) -> StreamWriter:
+        return _MessagesStream(self, call, start)
 
     def count_tokens(self, body: dict[str, Any]) -> dict[str, Any]:
         """``POST /v1/messages/count_tokens``: the prompt tokens the request would cost."""
@@ -453,3 +411,72 @@ class AnthropicMessages(Dialect):
         except InvalidRequestError as exc:
             raise _refuse("messages", str(exc)) from None
         return {"input_tokens": n}
+
+
+class _MessagesStream(StreamWriter):
+    """Messages events: ``message_start``; the text block opened by its first delta (index 0, as in
+    the response); tool_use blocks; ``message_delta`` and ``message_stop``; an error is an ``error``
+    event with the error body, as Anthropic's stream carries it (an overload is ``overloaded_error``,
+    which Claude Code retries)."""
+
+    def __init__(self, dialect: AnthropicMessages, call: CoreCall, start: StreamStart) -> None:
+        super().__init__(dialect, call, start)
+        self.dialect = dialect
+        self.text_open = False
+
+    def head(self) -> list[bytes]:
+        message: dict[str, Any] = {
+            "id": message_id(self.call),
+            "type": "message",
+            "role": "assistant",
+            "model": self.model_name,
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": {
+                "input_tokens": self.start.prompt_tokens,
+                "cache_creation_input_tokens": 0,
+                "cache_read_input_tokens": 0,
+                "output_tokens": 1,
+            },
+        }
+        return [sse({"type": "message_start", "message": message}, "message_start")]
+
+    def _open_text(self) -> list[bytes]:
+        if self.text_open:
+            return []
+        self.text_open = True
+        start = {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}
+        return [sse(start, "content_block_start")]
+
+    def _delta(self, idx: int, delta: dict[str, Any]) -> bytes:
+        return sse({"type": "content_block_delta", "index": idx, "delta": delta}, "content_block_delta")
+
+    def _text_events(self, delta: str) -> list[bytes]:
+        return [*self._open_text(), self._delta(0, {"type": "text_delta", "text": delta})]
+
+    def _finish_events(self, resp: dict[str, Any], rest: str) -> list[bytes]:
+        out: list[bytes] = []
+        for idx, block in enumerate(resp["content"]):
+            if block["type"] == "text":
+                out += self._open_text()
+                out += [self._delta(idx, {"type": "text_delta", "text": p}) for p in text_pieces(self.renderer, rest)]
+            else:
+                tool = {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}
+                out.append(
+                    sse({"type": "content_block_start", "index": idx, "content_block": tool}, "content_block_start")
+                )
+                for piece in split_json_pieces(self.renderer, json.dumps(block["input"], ensure_ascii=False)):
+                    out.append(self._delta(idx, {"type": "input_json_delta", "partial_json": piece}))
+            out.append(sse({"type": "content_block_stop", "index": idx}, "content_block_stop"))
+        stop = {"stop_reason": resp["stop_reason"], "stop_sequence": resp["stop_sequence"]}
+        out.append(sse({"type": "message_delta", "delta": stop, "usage": resp["usage"]}, "message_delta"))
+        out.append(sse({"type": "message_stop"}, "message_stop"))
+        return out
+
+    def error(self, err: GatewayError) -> list[bytes]:
+        return [sse(self.dialect.error_body(err), "error")]
+
+
+def message_id(call: CoreCall) -> str:
+    return str(call.reserve("id", lambda: "msg_" + uuid.uuid4().hex))

@@ -10,13 +10,20 @@ also stored in the Turn), ``stream`` (the same content as SSE events, derived fr
 so ids agree) and ``error_body`` / ``error_status`` (its error shape). Request handling (auth, body,
 generation, disconnects, recording) is the app's (:mod:`legorl.gateway.app`).
 
-Generation happens once (the Engine protocol is not incremental); the finished output is then
-streamed as one chunk per token of the visible text (:func:`text_pieces`).
+Streaming: a dialect's :class:`StreamWriter` writes one response's SSE events in three parts — the
+head (before any token), text deltas as the visible text grows (:mod:`legorl.gateway.streaming`
+decides how much text is safe to send while the model is still sampling), and the finish, written
+from the stored response: the rest of the text, the tool calls, the stop reason and usage (or an
+in-stream error in the dialect's shape). When nothing streamed live (an engine that cannot stream),
+the finish writes the whole text, one chunk per token (:func:`text_pieces`). Ids and timestamps a
+stream shows before the response exists are reserved on the :class:`CoreCall`
+(:meth:`CoreCall.reserve`), so the head and the stored response agree.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
@@ -29,7 +36,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from legorl.errors import ClientDisconnected, GatewayError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from legorl.gateway.completion import Completion
+    from legorl.gateway.completion import Completion, StreamStart
     from legorl.gateway.renderer import Message, Renderer
 
 __all__ = [
@@ -38,6 +45,7 @@ __all__ = [
     "Dialect",
     "GatewayError",
     "Loose",
+    "StreamWriter",
     "join_content",
     "lone_surrogate",
     "openai_validation_error",
@@ -47,6 +55,8 @@ __all__ = [
     "text_pieces",
     "validation_param",
 ]
+
+log = logging.getLogger(__name__)
 
 INVALID_JSON = "invalid_json"  # GatewayError.code of a body that is not a strict JSON object
 
@@ -167,6 +177,14 @@ class CoreCall:
     stream: bool = False
     include_usage: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
+    reserved: dict[str, Any] = field(default_factory=dict)
+
+    def reserve(self, key: str, make: Callable[[], Any]) -> Any:
+        """The value of ``key`` for this call, made on first use: an id or timestamp that a stream
+        shows before the response exists and the response then carries."""
+        if key not in self.reserved:
+            self.reserved[key] = make()
+        return self.reserved[key]
 
 
 class Dialect:
@@ -212,7 +230,59 @@ class Dialect:
     def make_response(self, call: CoreCall, completion: Completion) -> dict[str, Any]:
         raise NotImplementedError
 
-    def stream(self, call: CoreCall, completion: Completion) -> AsyncIterator[bytes]:
+    def stream_writer(self, call: CoreCall, start: StreamStart) -> StreamWriter:
+        raise NotImplementedError
+
+    async def stream(self, call: CoreCall, completion: Completion) -> AsyncIterator[bytes]:
+        """A finished completion as SSE events (nothing streamed live)."""
+        from legorl.gateway.completion import StreamStart
+
+        writer = self.stream_writer(call, StreamStart.of(completion))
+        for event in writer.head() + writer.finish(completion):
+            yield event
+
+
+class StreamWriter:
+    """The SSE events of one streamed response (see the module doc). A dialect implements
+    :meth:`head`, :meth:`_text_events`, :meth:`_finish_events` and :meth:`error`."""
+
+    def __init__(self, dialect: Dialect, call: CoreCall, start: StreamStart) -> None:
+        self.renderer = dialect.renderer
+        self.model_name = dialect.model_name
+        self.call = call
+        self.start = start
+        self.sent_text = ""  # visible text already streamed
+
+    def head(self) -> list[bytes]:
+        """The events before any output."""
+        raise NotImplementedError
+
+    def text(self, delta: str) -> list[bytes]:
+        """Events for ``delta``, more visible text (a prefix of the final content, in order)."""
+        if not delta:
+            return []
+        self.sent_text += delta
+        return self._text_events(delta)
+
+    def finish(self, completion: Completion) -> list[bytes]:
+        """The rest of the response, from the stored wire response in ``completion.turn.response``."""
+        content = completion.parsed.content
+        if content.startswith(self.sent_text):
+            rest = content[len(self.sent_text) :]
+        else:  # not expected (streamed text is held back until it is final): never send text twice
+            log.error("streamed text %r is not a prefix of the final content %r", self.sent_text[:80], content[:80])
+            rest = ""
+        return self._finish_events(completion.turn.response, rest)
+
+    def error(self, err: GatewayError) -> list[bytes]:
+        """The dialect's in-stream error event(s), for a failure after the head went out."""
+        raise NotImplementedError
+
+    def _text_events(self, delta: str) -> list[bytes]:
+        raise NotImplementedError
+
+    def _finish_events(self, resp: dict[str, Any], rest: str) -> list[bytes]:
+        """``rest``: the content not streamed yet (the whole content when nothing streamed live)."""
         raise NotImplementedError
 
 

@@ -7,11 +7,13 @@ assistant ``tool_calls``), ``tools`` (function tools), ``max_completion_tokens``
 ``prompt_cache_key``, ``tool_choice``, ...) is accepted and ignored.
 
 Stream (``text/event-stream``, ``data:`` lines only): a first chunk ``delta: {role, content: ""}``,
-one ``delta.content`` chunk per token of the content, per tool call a chunk with
+``delta.content`` chunks as the content is sampled (see :mod:`legorl.gateway.streaming`; one per
+token when the whole output is streamed after generation), per tool call a chunk with
 ``tool_calls[{index, id, type, function{name, arguments: ""}}]`` followed by argument chunks
 ``tool_calls[{index, function{arguments}}]``, a final chunk ``delta: {}`` with ``finish_reason``,
 a usage chunk with ``choices: []`` when ``include_usage`` was asked, then ``data: [DONE]``. All
-chunks of one response share its ``chatcmpl-`` id (unique per response).
+chunks of one response share its ``chatcmpl-`` id (unique per response). A failure after the first
+chunk is a ``data:`` line holding the error body (OpenAI's in-stream error), and the stream ends.
 
 Errors: ``{"error": {"message", "type", "param", "code"}}``.
 """
@@ -20,7 +22,6 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, ValidationError, field_validator
@@ -32,6 +33,7 @@ from legorl.gateway.dialects.base import (
     Dialect,
     GatewayError,
     Loose,
+    StreamWriter,
     openai_validation_error,
     split_json_pieces,
     sse,
@@ -40,7 +42,7 @@ from legorl.gateway.dialects.base import (
 from legorl.gateway.renderer import normalize_messages, normalize_tools
 
 if TYPE_CHECKING:  # pragma: no cover
-    from legorl.gateway.completion import Completion
+    from legorl.gateway.completion import Completion, StreamStart
 
 DIALECT = "openai.chat"
 
@@ -216,9 +218,9 @@ class OpenAIChat(Dialect):
             }
         turn = completion.turn
         return {
-            "id": "chatcmpl-" + uuid.uuid4().hex,
+            "id": response_id(call),
             "object": "chat.completion",
-            "created": int(time.time()),
+            "created": created(call),
             "model": self.model_name,
             "choices": [choice],
             "usage": {
@@ -231,47 +233,57 @@ class OpenAIChat(Dialect):
             "x_legorl": legorl_info(completion),
         }
 
-    async def stream(self, call: CoreCall, completion: Completion) -> AsyncIterator[bytes]:
-        resp = completion.turn.response
-        msg = resp["choices"][0]["message"]
-        base = {
-            "id": resp["id"],
+    def stream_writer(self, call: CoreCall, start: StreamStart) -> StreamWriter:
+        return _ChatStream(self, call, start)
+
+
+class _ChatStream(StreamWriter):
+    """``chat.completion.chunk`` events: a role chunk, content deltas, tool calls, a finish chunk,
+    the usage chunk (``stream_options.include_usage``), ``[DONE]``; an error is a ``data:`` line
+    with the error body, as OpenAI's stream carries it."""
+
+    def __init__(self, dialect: OpenAIChat, call: CoreCall, start: StreamStart) -> None:
+        super().__init__(dialect, call, start)
+        self.base = {
+            "id": response_id(call),
             "object": "chat.completion.chunk",
-            "created": resp["created"],
-            "model": resp["model"],
-            "system_fingerprint": resp["system_fingerprint"],
+            "created": created(call),
+            "model": self.model_name,
+            "system_fingerprint": f"legorl-w{start.weight_version}",
         }
-        usage_null = {"usage": None} if call.include_usage else {}
+        self.usage_null = {"usage": None} if call.include_usage else {}
 
-        def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
-            return sse(
-                {
-                    **base,
-                    "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
-                    **usage_null,
-                }
-            )
+    def chunk(self, delta: dict[str, Any], finish: str | None = None) -> bytes:
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+        return sse({**self.base, "choices": [choice], **self.usage_null})
 
-        yield chunk({"role": "assistant", "content": ""})
-        for piece in text_pieces(self.renderer, msg.get("content") or ""):
-            yield chunk({"content": piece})
-        for i, tc in enumerate(msg.get("tool_calls") or []):
+    def head(self) -> list[bytes]:
+        return [self.chunk({"role": "assistant", "content": ""})]
+
+    def _text_events(self, delta: str) -> list[bytes]:
+        return [self.chunk({"content": delta})]
+
+    def _finish_events(self, resp: dict[str, Any], rest: str) -> list[bytes]:
+        out = [self.chunk({"content": piece}) for piece in text_pieces(self.renderer, rest)]
+        for i, tc in enumerate(resp["choices"][0]["message"].get("tool_calls") or []):
             fn = tc["function"]
-            yield chunk(
-                {
-                    "tool_calls": [
-                        {
-                            "index": i,
-                            "id": tc["id"],
-                            "type": "function",
-                            "function": {"name": fn["name"], "arguments": ""},
-                        }
-                    ]
-                }
-            )
+            head = {"index": i, "id": tc["id"], "type": "function", "function": {"name": fn["name"], "arguments": ""}}
+            out.append(self.chunk({"tool_calls": [head]}))
             for piece in split_json_pieces(self.renderer, fn["arguments"]):
-                yield chunk({"tool_calls": [{"index": i, "function": {"arguments": piece}}]})
-        yield chunk({}, resp["choices"][0]["finish_reason"])
-        if call.include_usage:
-            yield sse({**base, "choices": [], "usage": resp["usage"]})
-        yield sse("[DONE]")
+                out.append(self.chunk({"tool_calls": [{"index": i, "function": {"arguments": piece}}]}))
+        out.append(self.chunk({}, resp["choices"][0]["finish_reason"]))
+        if self.call.include_usage:
+            out.append(sse({**self.base, "choices": [], "usage": resp["usage"]}))
+        out.append(sse("[DONE]"))
+        return out
+
+    def error(self, err: GatewayError) -> list[bytes]:
+        return [sse(err.body())]
+
+
+def response_id(call: CoreCall) -> str:
+    return str(call.reserve("id", lambda: "chatcmpl-" + uuid.uuid4().hex))
+
+
+def created(call: CoreCall) -> int:
+    return int(call.reserve("created", lambda: int(time.time())))

@@ -16,10 +16,11 @@ the earlier request are not carried over, as in OpenAI's API). Unknown ids -> 40
 
 Stream events (``event:`` + ``data:`` lines, each with ``sequence_number``): ``response.created``,
 ``response.in_progress``, per output item ``response.output_item.added``, for a message
-``response.content_part.added``, ``response.output_text.delta`` (per token),
+``response.content_part.added``, ``response.output_text.delta`` (as the text is sampled),
 ``response.output_text.done``, ``response.content_part.done``, for a function call
 ``response.function_call_arguments.delta`` / ``.done``, then ``response.output_item.done``;
-finally ``response.completed`` (or ``response.incomplete`` when cut by ``max_output_tokens``).
+finally ``response.completed`` (or ``response.incomplete`` when cut by ``max_output_tokens``). A
+failure after ``response.created``: an ``error`` event, then ``response.failed``.
 
 Errors: OpenAI's ``{"error": {"message", "type", "param", "code"}}``.
 """
@@ -30,7 +31,6 @@ import collections
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from pydantic import Field, ValidationError, field_validator
@@ -42,6 +42,7 @@ from legorl.gateway.dialects.base import (
     Dialect,
     GatewayError,
     Loose,
+    StreamWriter,
     join_content,
     openai_validation_error,
     split_json_pieces,
@@ -51,7 +52,7 @@ from legorl.gateway.dialects.base import (
 from legorl.gateway.renderer import Message, Renderer, normalize_tools, tool_call_message
 
 if TYPE_CHECKING:  # pragma: no cover
-    from legorl.gateway.completion import Completion
+    from legorl.gateway.completion import Completion, StreamStart
 
 DIALECT = "openai.responses"
 KEEP_RESPONSES = 256
@@ -245,14 +246,13 @@ class OpenAIResponses(Dialect):
         )
 
     def make_response(self, call: CoreCall, completion: Completion) -> dict[str, Any]:
-        req: ResponsesRequest = call.extra["request"]
         parsed = completion.parsed
         output: list[dict[str, Any]] = []
         if parsed.content or not parsed.tool_calls:
             output.append(
                 {
                     "type": "message",
-                    "id": "msg_" + uuid.uuid4().hex,
+                    "id": message_item_id(call),
                     "status": "completed",
                     "role": "assistant",
                     "content": [{"type": "output_text", "text": parsed.content, "annotations": [], "logprobs": []}],
@@ -271,18 +271,39 @@ class OpenAIResponses(Dialect):
             )
         incomplete = completion.finish_reason == "length"
         n_out = len(completion.output_token_ids)
-        rid = "resp_" + uuid.uuid4().hex
-        resp = {
-            "id": rid,
+        resp = self.response_shell(call)
+        resp.update(
+            status="incomplete" if incomplete else "completed",
+            incomplete_details={"reason": "max_output_tokens"} if incomplete else None,
+            output=output,
+            usage={
+                "input_tokens": completion.prompt_tokens,
+                # the SDK (openai 3.x) requires cache_write_tokens; the gateway writes no prompt cache it bills
+                "input_tokens_details": {"cached_tokens": completion.cached_prompt_tokens, "cache_write_tokens": 0},
+                "output_tokens": n_out,
+                "output_tokens_details": {"reasoning_tokens": 0},
+                "total_tokens": completion.prompt_tokens + n_out,
+            },
+            x_legorl=legorl_info(completion),
+        )
+        assistant = parsed.message()
+        self._put(call.extra["session_id"], resp["id"], list(call.extra["conversation"]) + [assistant])
+        return resp
+
+    def response_shell(self, call: CoreCall) -> dict[str, Any]:
+        """The response object as it stands before any output (what ``response.created`` shows)."""
+        req: ResponsesRequest = call.extra["request"]
+        return {
+            "id": str(call.reserve("id", lambda: "resp_" + uuid.uuid4().hex)),
             "object": "response",
-            "created_at": int(time.time()),
-            "status": "incomplete" if incomplete else "completed",
+            "created_at": int(call.reserve("created", lambda: int(time.time()))),
+            "status": "in_progress",
             "error": None,
-            "incomplete_details": {"reason": "max_output_tokens"} if incomplete else None,
+            "incomplete_details": None,
             "instructions": req.instructions,
             "max_output_tokens": req.max_output_tokens,
             "model": self.model_name,
-            "output": output,
+            "output": [],
             "parallel_tool_calls": True,
             "previous_response_id": req.previous_response_id,
             "reasoning": {"effort": None, "summary": None},
@@ -293,82 +314,101 @@ class OpenAIResponses(Dialect):
             "tools": req.tools or [],
             "top_p": req.top_p if req.top_p is not None else 1.0,
             "truncation": "disabled",
-            "usage": {
-                "input_tokens": completion.prompt_tokens,
-                # the SDK (openai 3.x) requires cache_write_tokens; the gateway writes no prompt cache it bills
-                "input_tokens_details": {"cached_tokens": completion.cached_prompt_tokens, "cache_write_tokens": 0},
-                "output_tokens": n_out,
-                "output_tokens_details": {"reasoning_tokens": 0},
-                "total_tokens": completion.prompt_tokens + n_out,
-            },
+            "usage": None,
             "metadata": req.metadata or {},
-            "x_legorl": legorl_info(completion),
         }
-        assistant = parsed.message()
-        self._put(call.extra["session_id"], rid, list(call.extra["conversation"]) + [assistant])
-        return resp
 
-    async def stream(self, call: CoreCall, completion: Completion) -> AsyncIterator[bytes]:
-        resp = completion.turn.response
-        seq = 0
+    def stream_writer(self, call: CoreCall, start: StreamStart) -> StreamWriter:
+        return _ResponsesStream(self, call, start)
 
-        def ev(kind: str, **data: Any) -> bytes:
-            nonlocal seq
-            out = sse({"type": kind, "sequence_number": seq, **data}, kind)
-            seq += 1
-            return out
 
-        pending = {**resp, "status": "in_progress", "output": [], "usage": None, "incomplete_details": None}
-        yield ev("response.created", response=pending)
-        yield ev("response.in_progress", response=pending)
+def message_item_id(call: CoreCall) -> str:
+    return str(call.reserve("message_item", lambda: "msg_" + uuid.uuid4().hex))
+
+
+class _ResponsesStream(StreamWriter):
+    """Responses events, numbered: ``response.created`` / ``in_progress``; the message item opened
+    by its first text delta (output index 0, as in the response); function-call items; then
+    ``response.completed`` or ``response.incomplete``. A failure after the head is an ``error`` event
+    followed by ``response.failed``, as OpenAI's stream carries it."""
+
+    def __init__(self, dialect: OpenAIResponses, call: CoreCall, start: StreamStart) -> None:
+        super().__init__(dialect, call, start)
+        self.dialect = dialect
+        self.seq = 0
+        self.message_open = False
+
+    def ev(self, kind: str, **data: Any) -> bytes:
+        out = sse({"type": kind, "sequence_number": self.seq, **data}, kind)
+        self.seq += 1
+        return out
+
+    def head(self) -> list[bytes]:
+        pending = self.dialect.response_shell(self.call)
+        return [self.ev("response.created", response=pending), self.ev("response.in_progress", response=pending)]
+
+    def _open_message(self) -> list[bytes]:
+        if self.message_open:
+            return []
+        self.message_open = True
+        mid = message_item_id(self.call)
+        item = {"type": "message", "id": mid, "status": "in_progress", "role": "assistant", "content": []}
+        part0 = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
+        return [
+            self.ev("response.output_item.added", output_index=0, item=item),
+            self.ev("response.content_part.added", item_id=mid, output_index=0, content_index=0, part=part0),
+        ]
+
+    def _text_delta(self, oi: int, delta: str) -> bytes:
+        mid = message_item_id(self.call)
+        return self.ev(
+            "response.output_text.delta", item_id=mid, output_index=oi, content_index=0, delta=delta, logprobs=[]
+        )
+
+    def _text_events(self, delta: str) -> list[bytes]:
+        return [*self._open_message(), self._text_delta(0, delta)]
+
+    def _finish_events(self, resp: dict[str, Any], rest: str) -> list[bytes]:
+        out: list[bytes] = []
         for oi, item in enumerate(resp["output"]):
             if item["type"] == "message":
                 text = item["content"][0]["text"]
-                yield ev(
-                    "response.output_item.added", output_index=oi, item={**item, "status": "in_progress", "content": []}
-                )
-                part0 = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
-                yield ev(
-                    "response.content_part.added", item_id=item["id"], output_index=oi, content_index=0, part=part0
-                )
-                for piece in text_pieces(self.renderer, text):
-                    yield ev(
-                        "response.output_text.delta",
+                out += self._open_message()
+                out += [self._text_delta(oi, piece) for piece in text_pieces(self.renderer, rest)]
+                where = {"item_id": item["id"], "output_index": oi, "content_index": 0}
+                out.append(self.ev("response.output_text.done", **where, text=text, logprobs=[]))
+                out.append(self.ev("response.content_part.done", **where, part=item["content"][0]))
+            else:
+                added = {**item, "status": "in_progress", "arguments": ""}
+                out.append(self.ev("response.output_item.added", output_index=oi, item=added))
+                for piece in split_json_pieces(self.renderer, item["arguments"]):
+                    out.append(
+                        self.ev(
+                            "response.function_call_arguments.delta", item_id=item["id"], output_index=oi, delta=piece
+                        )
+                    )
+                out.append(
+                    self.ev(
+                        "response.function_call_arguments.done",
                         item_id=item["id"],
                         output_index=oi,
-                        content_index=0,
-                        delta=piece,
-                        logprobs=[],
+                        name=item["name"],
+                        arguments=item["arguments"],
                     )
-                yield ev(
-                    "response.output_text.done",
-                    item_id=item["id"],
-                    output_index=oi,
-                    content_index=0,
-                    text=text,
-                    logprobs=[],
                 )
-                yield ev(
-                    "response.content_part.done",
-                    item_id=item["id"],
-                    output_index=oi,
-                    content_index=0,
-                    part=item["content"][0],
-                )
-            else:
-                yield ev(
-                    "response.output_item.added",
-                    output_index=oi,
-                    item={**item, "status": "in_progress", "arguments": ""},
-                )
-                for piece in split_json_pieces(self.renderer, item["arguments"]):
-                    yield ev("response.function_call_arguments.delta", item_id=item["id"], output_index=oi, delta=piece)
-                yield ev(
-                    "response.function_call_arguments.done",
-                    item_id=item["id"],
-                    output_index=oi,
-                    name=item["name"],
-                    arguments=item["arguments"],
-                )
-            yield ev("response.output_item.done", output_index=oi, item=item)
-        yield ev("response.incomplete" if resp["status"] == "incomplete" else "response.completed", response=resp)
+            out.append(self.ev("response.output_item.done", output_index=oi, item=item))
+        final = "response.incomplete" if resp["status"] == "incomplete" else "response.completed"
+        out.append(self.ev(final, response=resp))
+        return out
+
+    def error(self, err: GatewayError) -> list[bytes]:
+        body = err.body()["error"]
+        failed = {
+            **self.dialect.response_shell(self.call),
+            "status": "failed",
+            "error": {"code": body.get("code") or "server_error", "message": body["message"]},
+        }
+        return [
+            self.ev("error", code=body.get("code"), message=body["message"], param=body.get("param")),
+            self.ev("response.failed", response=failed),
+        ]
