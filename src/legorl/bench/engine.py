@@ -85,10 +85,13 @@ async def _bench(
     engine_type: str,
     engine_python: str | None = None,
 ) -> dict[str, Any]:
+    from rich.console import Console
+
     from legorl.engines.base import SamplingParams
     from legorl.models.registry import load_model, resolve_model
     from legorl.training.logprobs import compute_token_logprobs
 
+    say = Console(stderr=True).print  # stdout carries the JSON; the phases take a minute or more
     own = engine is None
     t0 = time.perf_counter()
     if own:
@@ -127,12 +130,15 @@ async def _bench(
         await gen_round(1, 10_000)  # warm-up
         single, multi = [], []
         for k in range(repeats):
+            say(f"generation {k + 1}/{repeats}: 1 request, then {concurrency} at once ({max_tokens} tokens each)")
             single.append(await rate(1, 100 * k))
             multi.append(await rate(concurrency, 100 * k + 1))
         if hasattr(engine, "clear_prefix_cache"):
             engine.clear_prefix_cache()
+        say(f"prefill: {repeats} × {prefill_tokens} tokens")
         prefill = [await prefill_round(7 + k) for k in range(repeats)]
         samples = await gen_round(concurrency, 50_000, temperature=1.0)
+        say(f"streaming through the gateway: {repeats} chat completions (ttfc_fraction)")
         ttfc = await _ttfc_fractions(engine, tok, max_tokens, repeats) if tok is not None else []
         dtype = str(getattr(engine, "dtype", "float32")).replace("torch.", "")
     finally:
@@ -140,6 +146,7 @@ async def _bench(
             await engine.close()
 
     # the trainer's side: its own fp32 copy of the model scores the engine's samples
+    say("trainer recompute: fp32 logprobs of the engine's samples")
     trainer_model = await asyncio.to_thread(load_model, resolve_model(model))
     ours: list[float] = []
     theirs: list[float] = []
