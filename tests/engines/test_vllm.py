@@ -372,6 +372,9 @@ async def test_a_killed_server_fails_its_generation_and_comes_back_with_its_weig
         assert r.token_ids and r.weight_version == 5 and engine.stats["restarts"] == 1 and server.running()
         assert engine.health().ok
     finally:
+        await asyncio.gather(*engine._reviving.values(), return_exceptions=True)
+        if not server.running():  # the restart failed: the module's other tests still get a server
+            await asyncio.to_thread(server.start)
         await engine.update_weights(policy.state_dict(), version=0)
         engine.servers = []  # the module's fixture stops it
         await engine.close()

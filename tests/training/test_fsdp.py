@@ -5,8 +5,11 @@ size 1 onto the uninterrupted run's parameters (``fsdp_worker.py`` is one rank).
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -23,16 +26,46 @@ CONFIGS = {
 }
 
 
-def _launch(args: list[str], timeout: int = 300) -> None:
-    done = subprocess.run(args, capture_output=True, text=True, timeout=timeout, cwd=WORKER.parent)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
+# a rank that died of a signal (torchrun's report: "exitcode  : -6")
+KILLED_BY_SIGNAL = re.compile(r"exitcode\s*:\s*-\d+")
+
+
+def _rank_logs(log_dir: Path, chars: int = 4000) -> str:
+    """The tail of each rank's own output (torchrun ``--tee``: ``<run>/attempt_0/<rank>/*.log``)."""
+    return "\n".join(
+        f"--- {f.relative_to(log_dir)} ---\n{f.read_text(errors='replace')[-chars:]}"
+        for f in sorted(log_dir.rglob("*.log"))
+        if f.stat().st_size
+    )
+
+
+def _launch(args: list[str], log_dir: Path, ranks: int = 1, timeout: int = 300) -> None:
+    """Run the worker with ``args`` (under torchrun with ``ranks`` > 1); a rank's faults print its
+    Python stacks (faulthandler) into its log. A rank killed by a signal is reported as a warning,
+    with every rank's log, and the launch runs once more."""
+    env = {**os.environ, "PYTHONFAULTHANDLER": "1", "TORCH_SHOW_CPP_STACKTRACES": "1"}
+    for attempt in range(2):
+        logs = log_dir / f"attempt-{attempt}"
+        launcher = [sys.executable]
+        if ranks > 1:  # each rank's output also goes to its own file
+            launcher += ["-m", "torch.distributed.run", "--nproc-per-node", str(ranks), "--master-port"]
+            launcher += [str(free_port()), "--log-dir", str(logs), "--tee", "3"]
+        done = subprocess.run(
+            [*launcher, str(WORKER), *args], capture_output=True, text=True, timeout=timeout, cwd=WORKER.parent, env=env
+        )
+        if done.returncode == 0:
+            return
+        report = done.stdout[-3000:] + done.stderr[-5000:] + "\n" + (_rank_logs(logs) if logs.is_dir() else "")
+        if attempt == 0 and KILLED_BY_SIGNAL.search(done.stderr):
+            warnings.warn(f"a rank was killed by a signal; running again. Its report:\n{report}", stacklevel=2)
+            continue
+        raise AssertionError(report)
 
 
 @pytest.mark.parametrize("name", list(CONFIGS))
 def test_two_fsdp_ranks_take_the_single_process_step_and_resume_at_world_size_1(name, tmp_path):
     cfg = json.dumps(CONFIGS[name])
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2"]
-    _launch([*torchrun, "--master-port", str(free_port()), str(WORKER), "train", str(tmp_path), "--cfg", cfg])
+    _launch(["train", str(tmp_path), "--cfg", cfg], tmp_path / "logs", ranks=2)
     train = json.loads((tmp_path / "result-train.json").read_text())
     steps = train["relative_gradient_diff"]
     print(f"\n[{name}] optimiser steps {train['optimizer_steps']}; worst per-tensor ‖Δg‖/‖g‖ per step:")
@@ -53,7 +86,7 @@ def test_two_fsdp_ranks_take_the_single_process_step_and_resume_at_world_size_1(
         "meta.json",
     ]
 
-    _launch([sys.executable, str(WORKER), "resume", str(tmp_path), "--cfg", cfg])
+    _launch(["resume", str(tmp_path), "--cfg", cfg], tmp_path / "logs")
     resumed = json.loads((tmp_path / "result-resume.json").read_text())
     worst = max(resumed["relative_param_diff"].values())
     print(f"[{name}] resumed at world size 1: worst per-tensor ‖Δθ‖/‖θ‖ after the next step {worst:.2e}")

@@ -17,10 +17,11 @@ from pathlib import Path
 from typing import ClassVar
 
 import httpx
+import psutil
 
 from legorl.errors import EngineError
 
-__all__ = ["ServerProcess", "free_port", "say"]
+__all__ = ["ServerProcess", "free_port", "say", "wait_port_free"]
 
 
 def say(message: str) -> None:
@@ -32,6 +33,23 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def wait_port_free(port: int, timeout_s: float = 30.0) -> None:
+    """Wait until 127.0.0.1:``port`` can be listened on again. A killed server's worker processes
+    inherit its listening socket and die a moment after it: a restart on the same port before then
+    fails with "address already in use"."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the servers bind
+            try:
+                s.bind(("127.0.0.1", port))
+                return
+            except OSError as e:
+                if time.monotonic() >= deadline:
+                    raise EngineError(f"port {port} is still in use after {timeout_s:.0f}s: {e}") from e
+        time.sleep(0.2)
 
 
 @dataclass
@@ -81,7 +99,9 @@ class ServerProcess:
 
     def start(self, timeout_s: float = 600.0) -> ServerProcess:
         """Start the process and wait until ``/health`` answers 200 (the model is loaded)."""
-        if not self.port:
+        if self.port:
+            wait_port_free(self.port)  # a restart: the last process's children may still hold it
+        else:
             self.port = free_port()
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "DO_NOT_TRACK": "1"}
         env.update(self.environment())
@@ -127,6 +147,25 @@ class ServerProcess:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait()
+            self._wait_group_gone()
+
+    def _wait_group_gone(self, timeout_s: float = 10.0) -> None:
+        """Wait (bounded) until no process of the server's group is left: its workers die a moment
+        after the server and hold its port and memory until then."""
+        if self.process is None:
+            return
+        group = self.process.pid
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            alive = []
+            for proc in psutil.process_iter(["status"]):
+                with contextlib.suppress(psutil.Error, OSError):
+                    # a zombie holds nothing (and may wait long for a reaper)
+                    if os.getpgid(proc.pid) == group and proc.info["status"] != psutil.STATUS_ZOMBIE:
+                        alive.append(proc.pid)
+            if not alive:
+                return
+            time.sleep(0.1)
 
     def stop(self, grace_s: float = 20.0) -> None:
         """SIGTERM the server's process group (the server and its engine core), SIGKILL after
