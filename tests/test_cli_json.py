@@ -210,6 +210,26 @@ def test_bench_async_json(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.ray
+def test_bench_scale_json(tmp_path):
+    """The CI smoke of the scale benchmark: 1 and 4 simulated workers on a local Ray cluster."""
+    out = _bench(
+        "scale",
+        ["--out", str(tmp_path), "--workers", "1", "--workers", "4", "--window", "1.5", "--processes", "2"],
+    )
+    assert out["workers"] == [1, 4] and out["processes"] == 2 and out["engine"] == "zero-cost"
+    for key in ("rollouts_per_s", "gateway_calls_per_s", "rollout_p50_ms", "coordinator_cpu_ms_per_rollout"):
+        assert set(out[key]) == {"1", "4"} and all(v > 0 for v in out[key].values()), key
+    assert out["gateway_calls_per_s"]["1"] == pytest.approx(4 * out["rollouts_per_s"]["1"], rel=0.01)
+    assert out["saturates_at_workers"] in (None, 4)
+    # every simulated rollout is on the coordinator's disk, with its samples
+    from legorl.store import open_run
+
+    stored = list(open_run(tmp_path / "run").iter_rollouts())
+    assert stored and all(r.samples for r in stored)
+
+
+@pytest.mark.slow
 @pytest.mark.sandbox
 def test_bench_learn_json(tmp_path):
     """The CI smoke of the learning benchmark: 2 steps of both runs, a tiny held-out evaluation."""

@@ -398,9 +398,21 @@ def train(
     suite: str | None = typer.Option(None, "--suite", help=_SUITE_HELP),
     repos: list[str] | None = typer.Option(None, "--repos", help=REPOS_HELP),
     instances: list[str] | None = typer.Option(None, "--instances", help=INSTANCES_HELP),
+    executor: str | None = typer.Option(
+        None, "--executor", help="Where rollouts run: local | ray (executor.type; docs/scale-out.md)."
+    ),
+    address: str | None = typer.Option(
+        None,
+        "--address",
+        help="With --executor ray: the Ray cluster to join (executor.address; 'auto': this machine's).",
+    ),
 ) -> None:
     """Train with a config file (validated first: see legorl validate)."""
-    fields = _suite_fields(suite, repos, instances)
+    fields: dict[str, object] = dict(_suite_fields(suite, repos, instances))
+    if executor is not None:
+        fields["executor.type"] = executor
+    if address is not None:
+        fields["executor.address"] = address
     set_ = [*set_, *(f"{k}={json.dumps(v)}" for k, v in fields.items())]
     _train(config, set_, validate=not no_validate, validate_live=validate_live, ui=ui, ui_port=ui_port, resume=resume)
 
@@ -705,6 +717,24 @@ def bench_async(
         result = run_async_bench(config or shipped_config("demo"), out, _overrides(set_), max_staleness)
     except LegoRLError as exc:
         _fail(exc)
+    _print_result(result, as_json)
+
+
+@bench_app.command("scale")
+def bench_scale(
+    out: Path = typer.Option(Path("runs/bench-scale"), "--out", help="Run directory of the coordinator's store."),
+    workers: list[int] = typer.Option([1, 4, 16, 64], "--workers", help="Simulated worker counts (repeatable)."),
+    calls: int = typer.Option(4, "--calls", min=1, help="Chat completions per simulated rollout."),
+    window_s: float = typer.Option(6.0, "--window", min=0.5, help="Seconds measured per worker count."),
+    processes: int = typer.Option(4, "--processes", min=1, help="Ray actors hosting the simulated workers."),
+    num_cpus: int | None = typer.Option(None, "--num-cpus", help="CPUs of the local Ray instance (default: all)."),
+    as_json: bool = typer.Option(True, "--json/--no-json", help=keys_help("scale")),
+) -> None:
+    """Rollouts per second the training process serves to Ray rollout workers with a zero-cost engine,
+    at 1, 4, 16 and 64 simulated workers, and where it saturates (see legorl.bench.scale)."""
+    from legorl.bench.scale import run_scale_bench
+
+    result = run_scale_bench(out, tuple(workers), calls, window_s, processes, num_cpus)
     _print_result(result, as_json)
 
 

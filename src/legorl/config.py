@@ -329,6 +329,33 @@ class WandbConfig(_Strict):
     )
 
 
+class ExecutorConfig(_Strict):
+    """Where rollouts run: in this process (local) or on Ray rollout workers (docs/scale-out.md)."""
+
+    type: Literal["local", "ray"] = Field(
+        "local", description="local: rollouts run in the training process; ray: on rollout workers, Ray actors."
+    )
+    address: str | None = Field(
+        None,
+        description="ray: the cluster to join (`ray start --head` printed it; 'auto': the one on this machine); "
+        "null: start a local Ray instance.",
+    )
+    num_cpus: int | None = Field(
+        None, ge=1, description="ray, local instance only: the CPUs Ray may use (null: all of the machine's)."
+    )
+    object_store_mb: int = Field(
+        512, ge=100, description="ray, local instance only: Ray's object store (rollout records pass through it)."
+    )
+    workers_per_node: int = Field(
+        1, ge=1, description="ray: rollout workers per node; each has its own sandbox backend and image cache."
+    )
+    gateway_host: str = Field(
+        "127.0.0.1",
+        description="ray: the address the gateway listens on for the workers (loopback: one machine; a "
+        "cluster needs an address every node reaches, on a private network).",
+    )
+
+
 class RunConfig(_Strict):
     run_dir: Path = Field(Path("runs/demo"), description="Where turns, rollouts and metrics are written.")
     suite: str = Field("trivial", description="Task suite: a suite name (`legorl tasks list`) or a path.")
@@ -354,6 +381,7 @@ class RunConfig(_Strict):
     )
     seed: int = Field(0, description="Seed for task order and sampling.")
     engine: EngineConfig = Field(default_factory=EngineConfig)
+    executor: ExecutorConfig = Field(default_factory=ExecutorConfig)
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     sandbox: SandboxConfig = Field(default_factory=BwrapSandboxConfig)
     grading: GradingConfig = Field(default_factory=GradingConfig)

@@ -91,6 +91,20 @@ RESULT_KEYS: dict[str, tuple[str, ...]] = {
         "async_reward_mean",
         "runs",
     ),
+    # legorl.bench.scale.run_scale_bench
+    "scale": (
+        "engine",
+        "cpu_count",
+        "processes",
+        "calls_per_rollout",
+        "window_s",
+        "workers",
+        "rollouts_per_s",
+        "gateway_calls_per_s",
+        "rollout_p50_ms",
+        "coordinator_cpu_ms_per_rollout",
+        "saturates_at_workers",
+    ),
     "learn": (
         "heldout_before",
         "heldout_after",

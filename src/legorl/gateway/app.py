@@ -251,10 +251,17 @@ class Gateway:
         self.app = self._build_app()
 
     # -- library API used by the training loop -----------------------------------------------
-    def open_session(self, rollout_id: str, *, token: str | None = None, budget: SessionBudget | None = None) -> str:
+    def open_session(
+        self, rollout_id: str, *, token: str | None = None, budget: SessionBudget | None = None, seed: int | None = None
+    ) -> str:
         """Open a session; returns its token. ``budget``: what it may spend, enforced on every call
-        (None: unlimited)."""
-        return self.sessions.open(rollout_id, token=token, budget=budget)
+        (None: unlimited). ``seed``: the session samples with seeds derived from it, whatever its
+        requests ask for (a rollout's tokens then depend on its seed, not on the run's schedule)."""
+        return self.sessions.open(rollout_id, token=token, budget=budget, seed=seed)
+
+    def session_id(self, token: str) -> str:
+        """The id (in Turns and the store) of an open session."""
+        return self.sessions.session_id(token)
 
     def session_report(self, token: str) -> SessionReport:
         """Budget use, refusals and client identities of an open session (see :class:`SessionReport`)."""
@@ -491,6 +498,8 @@ class Gateway:
         try:
             alignment = thread.state.align(self.renderer, messages, tools)
             timings["align_s"] = time.perf_counter() - t0
+            session_seed = call.session.call_seed(call.turn_index)
+            seed = session_seed if session_seed is not None else seed
             sampling = self._sampling(len(alignment.prompt_token_ids), max_tokens, temperature, top_p, seed, cap)
         except Exception as exc:  # noqa: BLE001 - recorded and answered by its kind, re-raised
             await self._fail(call, exc, alignment, sampling, timings, engine=False)

@@ -1,8 +1,9 @@
 """Serve a :class:`Gateway` with uvicorn on 127.0.0.1:<port> and a Unix socket at the same time.
 
 Sandboxes have no network; they reach the gateway through the Unix socket (bind-mounted into the
-sandbox, with a TCP->Unix forwarder inside). Loopback only: the TCP listener never binds to
-anything but 127.0.0.1.
+sandbox, with a TCP->Unix forwarder inside). The TCP listener binds 127.0.0.1, unless ``host``
+names another address: Ray rollout workers on other nodes (``executor.gateway_host``, a private
+network; docs/scale-out.md).
 
 Inside a running event loop::
 
@@ -59,10 +60,12 @@ class GatewayServer:
         port: int | None = 0,
         uds: str | os.PathLike[str] | None = None,
         log_level: str = "warning",
+        host: str = LOOPBACK,
     ):
         if port is None and uds is None:
             raise ValueError("need a TCP port (0 = any free one) and/or a Unix socket path")
         self.gateway = gateway
+        self.host = host
         self.requested_port = port
         self.uds_path: Path | None = Path(uds) if uds is not None else None
         self.log_level = log_level
@@ -74,10 +77,10 @@ class GatewayServer:
     # -- addresses ---------------------------------------------------------------------------
     @property
     def base_url(self) -> str:
-        """OpenAI-style base URL (with /v1) on loopback TCP."""
+        """OpenAI-style base URL (with /v1) on TCP."""
         if self.port is None:
             raise RuntimeError("server has no TCP listener (not started, or UDS only)")
-        return f"http://{LOOPBACK}:{self.port}/v1"
+        return f"http://{self.host}:{self.port}/v1"
 
     @property
     def uds(self) -> str | None:
@@ -99,7 +102,7 @@ class GatewayServer:
                 # accepted sockets inherit it: without it uvicorn's separate header/body writes on a
                 # socket it did not create meet the client's delayed ACK (+40 ms per response)
                 s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                s.bind((LOOPBACK, int(self.requested_port)))
+                s.bind((self.host, int(self.requested_port)))
                 s.listen(2048)
                 s.setblocking(False)
                 self.port = s.getsockname()[1]

@@ -64,6 +64,7 @@ with the session's first one, and concurrency above ``declared_concurrency`` is 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import secrets
 import threading
 from collections.abc import Mapping, Sequence
@@ -301,6 +302,9 @@ class Session:
     next_turn_index: int = 0
     closed: bool = False
     budget: SessionBudget = field(default_factory=SessionBudget)
+    # sampling seed of the whole session (None: the request's own, else random); each call samples
+    # with call_seed(turn_index), so a rollout samples the same tokens however the run is scheduled
+    seed: int | None = None
     # budget ledger (under _lock)
     calls_admitted: int = 0
     tokens_generated: int = 0
@@ -318,6 +322,13 @@ class Session:
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     _use_clock: int = 0
+
+    def call_seed(self, turn_index: int) -> int | None:
+        """The sampling seed of call ``turn_index`` (None: the session has no seed)."""
+        if self.seed is None:
+            return None
+        digest = hashlib.sha256(f"{self.seed}:{turn_index}".encode()).digest()
+        return int.from_bytes(digest[:8], "big") >> 1  # 63 bits, as engines take them
 
     def thread(self, thread_id: str, *, parent: str | None = None, explicit: bool = False) -> Thread:
         """The thread ``thread_id`` (created on first use, with its parent link)."""
@@ -536,10 +547,17 @@ class SessionRegistry:
         self._used_ids: dict[str, int] = {}
         self._lock = threading.Lock()
 
-    def open(self, rollout_id: str, *, token: str | None = None, budget: SessionBudget | None = None) -> str:
+    def open(
+        self,
+        rollout_id: str,
+        *,
+        token: str | None = None,
+        budget: SessionBudget | None = None,
+        seed: int | None = None,
+    ) -> str:
         """Open a session for ``rollout_id``; returns its token (:func:`new_token`; pass ``token``
         to choose it, e.g. a fixed dev token for the CLI). ``budget``: what the session may spend
-        (None: unlimited)."""
+        (None: unlimited). ``seed``: every call's sampling seed derives from it (:meth:`Session.call_seed`)."""
         if not isinstance(rollout_id, str) or not rollout_id:
             raise ValueError("rollout_id must be a non-empty string")
         if budget is not None and not isinstance(budget, SessionBudget):
@@ -554,7 +572,7 @@ class SessionRegistry:
             self._used_ids[rollout_id] = n + 1
             sid = rollout_id if n == 0 else f"{rollout_id}~{n}"
             self._by_token[tok] = Session(
-                session_id=sid, rollout_id=rollout_id, token=tok, budget=budget or SessionBudget()
+                session_id=sid, rollout_id=rollout_id, token=tok, budget=budget or SessionBudget(), seed=seed
             )
             return tok
 

@@ -17,14 +17,16 @@ unchecked for one with them.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from legorl.config import GradingConfig
 from legorl.errors import SandboxError
-from legorl.gateway.app import ENGINE_FAILURE_CODES, Gateway
+from legorl.gateway.app import ENGINE_FAILURE_CODES
 from legorl.gateway.sessions import SessionBudget, SessionReport
 from legorl.grading.grader import grade
 from legorl.grading.monitor import RolloutMonitor, check_isolation
@@ -40,9 +42,26 @@ from legorl.trajectory.records import GraderReport, Rollout, Turn
 GATEWAY_PORT_IN_SANDBOX = 8000
 
 
+class SessionHost(Protocol):
+    """The gateway's session API a rollout uses: the :class:`~legorl.gateway.app.Gateway` itself
+    in its process, :class:`~legorl.gateway.control.RemoteGateway` from a rollout worker elsewhere."""
+
+    def open_session(
+        self, rollout_id: str, *, token: str | None = None, budget: SessionBudget | None = None, seed: int | None = None
+    ) -> str: ...
+
+    def session_id(self, token: str) -> str: ...
+
+    def session_turns(self, token: str) -> list[Turn]: ...
+
+    def session_report(self, token: str) -> SessionReport: ...
+
+    def close_session(self, token: str) -> list[Turn]: ...
+
+
 @dataclass
 class RolloutContext:
-    gateway: Gateway
+    gateway: SessionHost
     gateway_socket: str  # Unix socket the sandboxes bind-mount
     backend: SandboxBackend
     harness: Harness
@@ -65,10 +84,33 @@ def session_budget(ctx: RolloutContext) -> SessionBudget:
     return SessionBudget.from_budget(ctx.budget, declared_concurrency=declared_concurrency(ctx.harness))
 
 
-async def run_rollout(ctx: RolloutContext, task: Task, step: int = 0, group_index: int = 0) -> Rollout:
-    rollout_id = f"r-{uuid.uuid4().hex[:12]}"
-    token = ctx.gateway.open_session(rollout_id, budget=session_budget(ctx))
-    session_id = ctx.gateway.sessions.session_id(token)
+def new_rollout_id() -> str:
+    return f"r-{uuid.uuid4().hex[:12]}"
+
+
+def rollout_seed(run_seed: int, step: int, task_id: str, group_index: int) -> int:
+    """The sampling seed of one rollout of a run: fixed by what the rollout is, not by when or where
+    it runs (its calls sample with seeds derived from it: :meth:`legorl.gateway.sessions.Session.call_seed`)."""
+    digest = hashlib.sha256(f"{run_seed}:{step}:{task_id}:{group_index}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") >> 1
+
+
+async def run_rollout(
+    ctx: RolloutContext,
+    task: Task,
+    step: int = 0,
+    group_index: int = 0,
+    *,
+    rollout_id: str | None = None,
+    token: str | None = None,
+    seed: int | None = None,
+) -> Rollout:
+    """One rollout of ``task``. ``rollout_id`` and the session ``token``: chosen by the caller when
+    it must be able to close the session itself (a rollout worker that may be lost). ``seed``: the
+    session's sampling seed (:func:`rollout_seed`; None: each call's own or random)."""
+    rollout_id = rollout_id or new_rollout_id()
+    token = ctx.gateway.open_session(rollout_id, token=token, budget=session_budget(ctx), seed=seed)
+    session_id = ctx.gateway.session_id(token)
     rollout = Rollout(
         rollout_id=rollout_id,
         session_id=session_id,

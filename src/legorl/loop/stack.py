@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from legorl.gateway.server import GatewayServer
     from legorl.gateway.sessions import SessionRegistry
     from legorl.harnesses.base import Budget, Harness
-    from legorl.loop.rollout import RolloutContext
+    from legorl.loop.rollout import RolloutContext, SessionHost
     from legorl.sandbox.base import SandboxBackend
     from legorl.sandbox.images import ImageCache
     from legorl.trajectory.store import RunStore
@@ -211,8 +211,9 @@ async def open_gateway_stack(
     unix_socket: bool = True,
     fsync: bool = False,
     log_level: str = "warning",
+    host: str = "127.0.0.1",
 ) -> AsyncIterator[GatewayStack]:
-    """Engine, renderer, sessions, run store and gateway, served on 127.0.0.1:``port`` (0: any free
+    """Engine, renderer, sessions, run store and gateway, served on ``host``:``port`` (0: any free
     port; None: none) and, with ``unix_socket``, on a socket in a fresh short private directory.
 
     ``rollout``: sample as the trainer assumes (:func:`training_sampling`) and validate conversations as
@@ -253,7 +254,11 @@ async def open_gateway_stack(
         if unix_socket:
             socket_dir = _socket_dir()
         server = GatewayServer(
-            gateway, port=port, uds=str(socket_dir / "gw.sock") if socket_dir else None, log_level=log_level
+            gateway,
+            port=port,
+            uds=str(socket_dir / "gw.sock") if socket_dir else None,
+            log_level=log_level,
+            host=host,
         )
         async with server:
             yield GatewayStack(eng, tok, renderer, sessions, store, gateway, server, model_path, socket_dir)
@@ -360,13 +365,27 @@ def rollout_context(
 ) -> RolloutContext:
     """Everything a rollout of ``cfg`` needs: the served gateway, the sandbox backend and limits,
     the harness and its budget, the grading policy."""
-    from legorl.loop.rollout import RolloutContext
-
     if stack.uds is None:
         raise ConfigError("rollouts need the gateway's Unix socket: open the stack with unix_socket=True")
+    return context_for(cfg, stack.gateway, stack.uds, backend, harness, trace_dir=trace_dir)
+
+
+def context_for(
+    cfg: RunConfig,
+    gateway: SessionHost,
+    gateway_socket: str,
+    backend: SandboxBackend,
+    harness: Harness,
+    *,
+    trace_dir: str | Path | None = None,
+) -> RolloutContext:
+    """The :class:`RolloutContext` of ``cfg`` around any gateway (a remote one in a rollout worker)
+    and the Unix socket its sandboxes bind-mount."""
+    from legorl.loop.rollout import RolloutContext
+
     return RolloutContext(
-        stack.gateway,
-        stack.uds,
+        gateway,
+        gateway_socket,
         backend,
         harness,
         rollout_budget(cfg.rollout),
@@ -380,6 +399,7 @@ def rollout_context(
 __all__ = [
     "GatewayStack",
     "build_harness",
+    "context_for",
     "load_engine",
     "open_gateway_stack",
     "rollout_budget",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import statistics
@@ -20,9 +21,9 @@ from legorl.errors import ConfigError
 from legorl.loop.batch import Batch, assemble_batch
 from legorl.loop.control import RunState, read_control, wait_while_paused, write_control
 from legorl.loop.eval import evaluate_phase, phase_report_path
+from legorl.loop.executor import RolloutExecutor, open_executor
 from legorl.loop.provenance import write_manifest
-from legorl.loop.rollout import RolloutContext, run_rollout
-from legorl.loop.stack import GatewayStack, build_harness, open_gateway_stack, rollout_context, sandbox_backend
+from legorl.loop.stack import GatewayStack, build_harness, open_gateway_stack, sandbox_backend
 from legorl.loop.staleness import drop_stale
 from legorl.observe.memory import release_free_memory
 from legorl.observe.metrics import MetricsLogger, read_metrics
@@ -85,8 +86,8 @@ async def train(
         phases.rollout_done(done)
         return done
 
-    async def collect(ctx: RolloutContext, step: int, chosen: list[Task], track: Any = None) -> list[Rollout]:
-        runs = [run_rollout(ctx, task, step, g) for task in chosen for g in range(cfg.group_size)]
+    async def collect(executor: RolloutExecutor, step: int, chosen: list[Task], track: Any = None) -> list[Rollout]:
+        runs = [executor.rollout(task, step, g) for task in chosen for g in range(cfg.group_size)]
         return await asyncio.gather(*[track(r) for r in runs] if track else runs)
 
     history: list[dict[str, Any]] = []
@@ -94,7 +95,12 @@ async def train(
     prefetched: tuple[asyncio.Future[list[Rollout]], float] | None = None
     try:
         # The gateway samples exactly as the trainer assumes (rollout=...), whatever the harness asks for.
-        async with open_gateway_stack(cfg.engine, rollout=cfg.rollout, run_dir=run_dir) as stack:
+        async with (
+            open_gateway_stack(
+                cfg.engine, rollout=cfg.rollout, run_dir=run_dir, host=cfg.executor.gateway_host
+            ) as stack,
+            contextlib.AsyncExitStack() as scope,
+        ):
             engine, store = stack.engine, stack.run_store()
             trainer = Trainer(
                 stack.policy_module(colocate=cfg.engine.colocate_trainer),
@@ -103,7 +109,7 @@ async def train(
                 total_steps=cfg.steps,
                 seed=cfg.seed,
             )
-            ctx = rollout_context(cfg, stack, backend, harness)
+            executor = await scope.enter_async_context(open_executor(cfg, stack, backend, harness))
             start = 0
             if ckpt is not None:
                 meta = await asyncio.to_thread(load_checkpoint, ckpt, trainer)
@@ -141,7 +147,7 @@ async def train(
                 if prefetched is None:
                     chosen = rng.sample(tasks, min(cfg.tasks_per_step, len(tasks)))
                     phases.begin(f"step {step + 1}/{cfg.steps}: rollouts", total=len(chosen) * cfg.group_size)
-                    rollouts = await collect(ctx, step, chosen, tracked)
+                    rollouts = await collect(executor, step, chosen, tracked)
                 else:  # started while the previous step trained: its time counts from then
                     (pending, t0), prefetched = prefetched, None
                     phases.begin(f"step {step + 1}/{cfg.steps}: rollouts (started during the previous step)")
@@ -152,7 +158,7 @@ async def train(
                 task_rng = rng.getstate()  # a resume from this step's checkpoint draws the next step's tasks
                 if cfg.max_staleness is not None and step + 1 < cfg.steps:
                     upcoming = rng.sample(tasks, min(cfg.tasks_per_step, len(tasks)))
-                    prefetched = (asyncio.ensure_future(collect(ctx, step + 1, upcoming)), time.perf_counter())
+                    prefetched = (asyncio.ensure_future(collect(executor, step + 1, upcoming)), time.perf_counter())
                 stale = drop_stale(rollouts, trainer.version, cfg.max_staleness)
                 batch = assemble_batch(
                     stale.kept, cfg.grading.flagged_policy, cfg.trainer.truncated, cfg.trainer.truncated_reward
@@ -178,6 +184,7 @@ async def train(
                 )
                 metrics.update({f"batch/dropped_{k}": v for k, v in batch.dropped.items()})
                 metrics.update(stale.metrics())
+                metrics.update({f"executor/{k}": v for k, v in getattr(executor, "stats", {}).items()})
                 metrics_log.log(step, metrics)
                 acting = []  # alerts whose action pauses or stops the run (stop last: it wins)
                 for alert in sorted(monitors.after_step({"step": step, **metrics}), key=lambda a: a.level == "stop"):
@@ -211,7 +218,7 @@ async def train(
                 prefetched = None
         # the trainer's weights and optimizer state (3x the model) and the closed engine's model must
         # not stay resident beside the trained model that the held-out evaluation loads next
-        del trainer, ctx, engine, store, stack
+        del trainer, executor, engine, store, stack
     finally:
         if prefetched is not None:  # an error: the rollouts started early are not waited for
             prefetched[0].cancel()
