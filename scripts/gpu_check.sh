@@ -12,7 +12,8 @@
 #      per step the engine's weight version, logprob Pearson and mean |Δ| against the trainer.
 # Then, with torch alone, GPU weight transfer of SmolLM2's state dict: NCCL broadcast between two
 # processes when there are two GPUs; on one GPU (NCCL refuses two ranks on one device) the CUDA IPC
-# path a colocated engine uses. Results go to $OUT (default /tmp/legorl-gpu-check).
+# path a colocated engine uses. With two GPUs, the FSDP2 trainer on 2 NCCL ranks against one process
+# (issue 12; on one GPU it says it cannot). Results go to $OUT (default /tmp/legorl-gpu-check).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python
@@ -130,5 +131,26 @@ if __name__ == "__main__":
               f"{(time.perf_counter() - t0) * 1e3:.0f} ms end to end, checksum {'ok' if ok else 'MISMATCH'}")
     raise SystemExit(0 if ok else 1)
 EOF
+echo "== FSDP2 trainer on 2 GPU ranks (NCCL)"
+gpus=$(nvidia-smi -L | wc -l)
+if [ "$gpus" -ge 2 ]; then
+  # the CI check of tests/training/test_fsdp.py, on GPUs: the sharded step against one process's
+  fsdp_out="$OUT/fsdp"; rm -rf "$fsdp_out"; mkdir -p "$fsdp_out"
+  if (cd tests/training && timeout 600 "../../$PY" -m torch.distributed.run --nproc-per-node 2 \
+        fsdp_worker.py train "$fsdp_out" --device cuda) > "$OUT/fsdp.log" 2>&1; then
+    "$PY" - "$fsdp_out/result-train.json" <<'EOF' || status=1
+import json, sys
+r = json.load(open(sys.argv[1]))
+first = max(r["relative_gradient_diff"][0].values())
+print(f"  first optimiser step, worst per-tensor ||dg||/||g||: {first:.2e} (target <= 1e-5); "
+      f"loss single {r['loss'][0]:.6f} vs sharded {r['loss'][1]:.6f}")
+raise SystemExit(0 if first <= 1e-5 else 1)
+EOF
+  else
+    echo "  FSDP2 FAILED: $(tail -5 "$OUT/fsdp.log")"; status=1
+  fi
+else
+  echo "  $gpus GPU here: 2 FSDP ranks need 2 GPUs (NCCL: one device per rank); not verifiable on this machine"
+fi
 echo "== done (status $status); outputs in $OUT"
 exit $status

@@ -220,6 +220,16 @@ class TrainerConfig(_Strict):
         ge=0,
         description="Weight of a k3 KL penalty to the initial policy (a frozen copy is kept when > 0); 0: none, as in the GSPO paper.",
     )
+    ranks: int = Field(
+        1,
+        ge=1,
+        description="FSDP2 ranks of the trainer (docs/scale-out.md): 1 trains in the training process; more run as "
+        "Ray actors in one placement group (the Ray of the executor section), each on 1 CPU, or 1 GPU with "
+        "rank_device gpu. Needs engine.colocate_trainer: false.",
+    )
+    rank_device: Literal["cpu", "gpu"] = Field(
+        "cpu", description="With ranks > 1: cpu (gloo, fp32) or gpu (NCCL, bf16 parameters and fp32 reductions)."
+    )
     flip_advantages: bool = Field(
         False,
         description="Control experiment only: train on negated advantages, pushing the policy away from what the reward favours (a learning benchmark's control run must not improve).",
@@ -395,6 +405,17 @@ class RunConfig(_Strict):
     def _grpo_clip(self) -> RunConfig:
         if self.trainer.objective == "grpo" and self.trainer.eps_high < 0.01:
             raise ValueError("objective 'grpo' uses token ratios: set trainer.eps_low/eps_high (e.g. 0.2)")
+        return self
+
+    @model_validator(mode="after")
+    def _ranks_need_a_separate_trainer(self) -> RunConfig:
+        if self.trainer.ranks > 1 and self.engine.type == "embedded" and self.engine.colocate_trainer:
+            raise ValueError(
+                "trainer.ranks > 1 needs engine.colocate_trainer: false: the ranks train their own shards, "
+                "not the module the embedded engine serves"
+            )
+        if self.trainer.ranks > 1 and self.trainer.kl_coef > 0:
+            raise ValueError("trainer.kl_coef > 0 is not supported with trainer.ranks > 1 yet (no sharded reference)")
         return self
 
     @model_validator(mode="after")

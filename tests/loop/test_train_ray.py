@@ -1,11 +1,13 @@
-"""The Ray executor end to end on a real local Ray cluster (``ray.init(num_cpus=2)``): rollout workers
-are Ray actors with their own sandbox backend and a relay to the gateway; the embedded engine,
-real sandboxes, harness, grader and GSPO steps.
+"""Ray end to end on a real local Ray cluster (``ray.init(num_cpus=2)``), with the embedded engine,
+real sandboxes, harness, grader and GSPO steps. The executor: rollout workers are Ray actors with
+their own sandbox backend and a relay to the gateway. The trainer: FSDP2 ranks as Ray actors.
 
 * the same 2-step run as the local executor, same seeds: the same tokens, identical rewards, the
   same losses (to 1e-4);
 * a rollout worker killed mid-step: its rollouts are environment failures naming the lost worker
-  (not zero rewards, not trained on), a new worker takes its place and the run goes on.
+  (not zero rewards, not trained on), a new worker takes its place and the run goes on;
+* the loop's trainer on 2 FSDP2 ranks: the same losses and weights as one process, and the run
+  resumes from their checkpoint in one process.
 """
 
 from __future__ import annotations
@@ -19,22 +21,26 @@ from pathlib import Path
 
 import psutil
 import pytest
+import torch
 
 from legorl.config import RunConfig
 from legorl.loop.ray_executor import WORKER_LOST
 from legorl.loop.train import train
+from legorl.models.registry import load_model, resolve_model
 from legorl.store import open_run
+from legorl.training.checkpoint import load_checkpoint
+from legorl.training.trainer import Trainer
 
 pytestmark = [pytest.mark.slow, pytest.mark.sandbox, pytest.mark.ray]
 
 DEMO = Path(__file__).resolve().parents[2] / "configs" / "demo.json"
 
 
-def _config(run: Path, executor: str) -> RunConfig:
+def _config(run: Path, executor: str, steps: int = 2, **overrides: object) -> RunConfig:
     return RunConfig.load(
         DEMO,
         run_dir=str(run),
-        steps=2,
+        steps=steps,
         tasks_per_step=2,
         group_size=2,
         **{
@@ -42,6 +48,7 @@ def _config(run: Path, executor: str) -> RunConfig:
             "eval.after": False,
             "executor.type": executor,
             "executor.num_cpus": 2,
+            **overrides,
         },
     )
 
@@ -111,3 +118,45 @@ def test_a_killed_rollout_worker_yields_env_failures_and_the_run_goes_on(tmp_pat
     assert first["executor/workers_lost"] == 1 and second["executor/workers"] == 1
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert rows[0]["batch/dropped_env_failure"] == len(lost)
+
+
+def _ranked_config(run: Path, ranks: int, steps: int = 2) -> RunConfig:
+    return _config(run, "local", steps, **{"trainer.ranks": ranks, "engine.colocate_trainer": False})
+
+
+def _checkpoint_params(path: Path, cfg: RunConfig) -> dict[str, torch.Tensor]:
+    """A checkpoint's weights, loaded at world size 1 (resharded when several ranks wrote it)."""
+    trainer = Trainer(load_model(resolve_model(cfg.engine.model)), cfg.trainer)
+    load_checkpoint(path, trainer, restore_rng=False)
+    return {k: v.clone() for k, v in trainer.model.state_dict().items()}
+
+
+def test_two_fsdp_trainer_ranks_on_ray_train_as_one_process_and_resume_on_one(tmp_path):
+    one_cfg, two_cfg = _ranked_config(tmp_path / "one", 1), _ranked_config(tmp_path / "two", 2)
+    one = asyncio.run(train(one_cfg))
+    two = asyncio.run(train(two_cfg))
+    a, b = _by_rollout(tmp_path / "one"), _by_rollout(tmp_path / "two")
+    assert a.keys() == b.keys() and [b[k].reward for k in sorted(b)] == [a[k].reward for k in sorted(a)]
+    for m1, m2 in zip(one, two):
+        print(
+            f"\nstep {m1['step']}: loss {m1['train/loss']:.4e} vs {m2['train/loss']:.4e} on 2 ranks; "
+            f"grad norm {m1['train/grad_norm']:.6f} vs {m2['train/grad_norm']:.6f}"
+        )
+        assert abs(m1["train/loss"] - m2["train/loss"]) <= 1e-4
+        assert m2["train/grad_norm"] == pytest.approx(m1["train/grad_norm"], rel=1e-4, abs=1e-6)
+        assert m2["mismatch/pearson"] > 0.999  # the engine serves what the ranks trained (disk sync)
+    last = "checkpoints/step-000001"
+    shards = sorted(p.name for p in (tmp_path / "two" / last).glob("*.distcp"))
+    assert shards == ["__0_0.distcp", "__1_0.distcp"]  # each rank wrote its own
+    ours, theirs = (
+        _checkpoint_params(tmp_path / "two" / last, two_cfg),
+        _checkpoint_params(tmp_path / "one" / last, one_cfg),
+    )
+    worst = max(float((ours[k] - theirs[k]).norm() / theirs[k].norm()) for k in theirs)
+    print(f"weights after 2 steps, 2 ranks vs 1 process: worst ‖Δθ‖/‖θ‖ {worst:.2e}")
+    assert worst <= 1e-5
+    # the run saved by 2 ranks goes on in one process (DCP reshards)
+    resumed = asyncio.run(train(_ranked_config(tmp_path / "two", 1, steps=3), resume=True))
+    assert [m["step"] for m in resumed] == [2]
+    rows = [json.loads(line) for line in (tmp_path / "two" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [0, 1, 2]

@@ -67,7 +67,7 @@ def capture_gradients(trainer: Trainer) -> list[dict[str, torch.Tensor]]:
     def hook(optimizer: torch.optim.Optimizer, args: object, kwargs: object) -> None:
         seen.append(
             {
-                names[id(p)]: dp.full_tensor(p.grad).detach().clone()
+                names[id(p)]: dp.full_tensor(p.grad).detach().cpu().clone()
                 for group in optimizer.param_groups
                 for p in group["params"]
                 if p.grad is not None
@@ -79,17 +79,19 @@ def capture_gradients(trainer: Trainer) -> list[dict[str, torch.Tensor]]:
 
 
 def params(trainer: Trainer) -> dict[str, torch.Tensor]:
-    return {k: v.clone() for k, v in dp.full_state_dict(trainer.model).items()}
+    return {k: v.cpu().clone() for k, v in dp.full_state_dict(trainer.model).items()}
 
 
-def train(out: Path, cfg: TrainerConfig) -> None:
+def train(out: Path, cfg: TrainerConfig, device: str = "cpu") -> None:
     assert dp.init_from_env() and dp.world_size() == 2
+    if device == "cuda":  # scripts/gpu_check.sh: NCCL, one GPU per rank
+        device = f"cuda:{torch.cuda.current_device()}"
     samples = batch(1)
-    single = Trainer(policy(), cfg, seed=3)
+    single = Trainer(policy().to(device), cfg, seed=3)
     single_grads = capture_gradients(single)
     single_metrics = single.step(samples)
 
-    sharded = Trainer(dp.shard_policy(policy()), cfg, seed=3)
+    sharded = Trainer(dp.shard_policy(policy().to(device)), cfg, seed=3)
     sharded_grads = capture_gradients(sharded)
     sharded_metrics = sharded.step(samples)
 
@@ -136,6 +138,7 @@ if __name__ == "__main__":
     parser.add_argument("phase", choices=["train", "resume"])
     parser.add_argument("out", type=Path)
     parser.add_argument("--cfg", default="{}", help="TrainerConfig fields over BASE, as JSON")
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="train: where the ranks compute")
     args = parser.parse_args()
     config = TrainerConfig(**{**BASE, **json.loads(args.cfg)})
-    train(args.out, config) if args.phase == "train" else resume(args.out, config)
+    train(args.out, config, args.device) if args.phase == "train" else resume(args.out, config)

@@ -108,12 +108,12 @@ async def _bench(
     import ray
 
     from legorl.bench.gateway import zero_engine_for
+    from legorl.cluster import start_local_ray
     from legorl.config import EngineConfig
     from legorl.engines.server_process import say
     from legorl.gateway.control import enable_control, new_control_secret
     from legorl.gateway.renderer import load_smollm2_gguf_tokenizer
     from legorl.gateway.sessions import new_token
-    from legorl.loop.ray_executor import start_local_ray
     from legorl.loop.rollout import new_rollout_id
     from legorl.loop.stack import open_gateway_stack
 

@@ -22,6 +22,7 @@ any worker, or in the training process with the local executor.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import shutil
@@ -31,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from legorl.cluster import ray_cluster
 from legorl.errors import ConfigError
 from legorl.gateway.control import RemoteGateway, enable_control, new_control_secret
 from legorl.gateway.relay import Relay
@@ -47,22 +49,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["RayExecutor", "RolloutWorker", "WORKER_LOST", "start_local_ray"]
+__all__ = ["RayExecutor", "RolloutWorker", "WORKER_LOST"]
 
 WORKER_LOST = "rollout worker lost"
-
-
-def start_local_ray(num_cpus: int | None, object_store_mb: int) -> None:
-    """A Ray instance on this machine alone: its services listen on loopback only."""
-    import ray
-
-    ray.init(
-        num_cpus=num_cpus,
-        object_store_memory=object_store_mb * 2**20,
-        include_dashboard=False,
-        log_to_driver=True,
-        _node_ip_address="127.0.0.1",
-    )
 
 
 class RolloutWorker:
@@ -128,7 +117,7 @@ class RayExecutor:
         self.secret = new_control_secret()
         self.workers: list[_Worker] = []
         self.stats: dict[str, int] = {"workers": 0, "workers_lost": 0}
-        self._started_ray = False
+        self._cluster = contextlib.ExitStack()
         self._spawned = 0
         self._replacing: dict[str, asyncio.Future[None]] = {}
 
@@ -140,12 +129,7 @@ class RayExecutor:
             raise ConfigError("executor ray: the gateway needs a TCP listener the workers reach")
         enable_control(self.stack.gateway, self.secret)
         ex = self.cfg.executor
-        if not ray.is_initialized():
-            if ex.address is None:
-                start_local_ray(ex.num_cpus, ex.object_store_mb)
-            else:
-                ray.init(address=ex.address, log_to_driver=True)
-            self._started_ray = True
+        self._cluster.enter_context(ray_cluster(ex))
         try:
             nodes = [n["NodeID"] for n in ray.nodes() if n.get("Alive")]
             spawned = [self._spawn(node) for node in nodes for _ in range(ex.workers_per_node)]
@@ -167,9 +151,7 @@ class RayExecutor:
                 pass
             ray.kill(worker.handle)
         self.workers = []
-        if self._started_ray:
-            ray.shutdown()
-            self._started_ray = False
+        self._cluster.close()
 
     async def _spawn(self, node_id: str) -> _Worker:
         import ray

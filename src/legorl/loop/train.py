@@ -41,6 +41,7 @@ from legorl.training.checkpoint import (
     save_checkpoint,
     tuple_state,
 )
+from legorl.training.ranks import RankedTrainer
 from legorl.training.trainer import Trainer
 from legorl.trajectory.records import Rollout
 
@@ -102,17 +103,13 @@ async def train(
             contextlib.AsyncExitStack() as scope,
         ):
             engine, store = stack.engine, stack.run_store()
-            trainer = Trainer(
-                stack.policy_module(colocate=cfg.engine.colocate_trainer),
-                cfg.trainer,
-                temperature=cfg.rollout.temperature,
-                total_steps=cfg.steps,
-                seed=cfg.seed,
-            )
+            trainer = build_trainer(cfg, stack)
+            if isinstance(trainer, RankedTrainer):
+                scope.callback(trainer.close)
             executor = await scope.enter_async_context(open_executor(cfg, stack, backend, harness))
             start = 0
             if ckpt is not None:
-                meta = await asyncio.to_thread(load_checkpoint, ckpt, trainer)
+                meta = await asyncio.to_thread(load_trainer_checkpoint, ckpt, trainer)
                 start = int(meta["loop"]["next_step"])
                 rng.setstate(tuple_state(meta["loop"]["task_rng"]))
                 keep_metrics_until(run_dir, int(meta["step"]))  # rows of steps the checkpoint does not hold
@@ -197,7 +194,7 @@ async def train(
                 every = cfg.checkpoint.every
                 if (every and (step + 1) % every == 0) or step == cfg.steps - 1 or held:
                     await asyncio.to_thread(
-                        save_checkpoint,
+                        save_trainer_checkpoint,
                         run_dir,
                         step,
                         trainer,
@@ -233,7 +230,50 @@ async def train(
     return history
 
 
-def train_step(trainer: Trainer, stack: GatewayStack, batch: Batch) -> dict[str, Any]:
+def build_trainer(cfg: RunConfig, stack: GatewayStack) -> Trainer | RankedTrainer:
+    """The run's trainer: in this process (``trainer.ranks`` 1), else FSDP2 ranks on Ray."""
+    if cfg.trainer.ranks > 1:
+        return RankedTrainer(
+            cfg.trainer.ranks,
+            stack.served_model_path(),
+            cfg.trainer,
+            cfg.executor,
+            Path(cfg.run_dir) / "trainer-weights",
+            temperature=cfg.rollout.temperature,
+            total_steps=cfg.steps,
+            seed=cfg.seed,
+            use_gpus=cfg.trainer.rank_device == "gpu",
+        )
+    return Trainer(
+        stack.policy_module(colocate=cfg.engine.colocate_trainer),
+        cfg.trainer,
+        temperature=cfg.rollout.temperature,
+        total_steps=cfg.steps,
+        seed=cfg.seed,
+    )
+
+
+def save_trainer_checkpoint(
+    run_dir: Path,
+    step: int,
+    trainer: Trainer | RankedTrainer,
+    loop_state: dict[str, Any],
+    metrics: dict[str, Any],
+    base_model: str | None,
+) -> Path:
+    """A checkpoint of the trainer, in this process or written by every rank."""
+    if isinstance(trainer, RankedTrainer):
+        return trainer.save_checkpoint(run_dir, step, loop_state, metrics, base_model)
+    return save_checkpoint(run_dir, step, trainer, loop_state, metrics, base_model)
+
+
+def load_trainer_checkpoint(ckpt: Path, trainer: Trainer | RankedTrainer) -> dict[str, Any]:
+    if isinstance(trainer, RankedTrainer):
+        return trainer.load_checkpoint(ckpt)
+    return load_checkpoint(ckpt, trainer)
+
+
+def train_step(trainer: Trainer | RankedTrainer, stack: GatewayStack, batch: Batch) -> dict[str, Any]:
     """One trainer step on ``batch`` while the engine generates nothing (a colocated engine serves
     the very weights the step changes). Blocking: run it in a worker thread."""
     with stack.weights_changing():
@@ -257,7 +297,7 @@ def resume_manifest_name(run_dir: Path, start: int) -> str:
 
 
 def record_step_logprobs(
-    sink: TrainerLogprobs, trainer: Trainer, rollouts: list[Rollout], step: int, weight_version: int
+    sink: TrainerLogprobs, trainer: Trainer | RankedTrainer, rollouts: list[Rollout], step: int, weight_version: int
 ) -> None:
     """Store the trainer's view (π_old of this step, under ``weight_version``) of every sample it scored."""
     for r in rollouts:
