@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import hmac
 import secrets
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -83,22 +84,21 @@ async def _open(request: Request) -> Response:
     return JSONResponse({"token": token, "session_id": gateway.sessions.session_id(token)})
 
 
-async def _turns(request: Request, token: str) -> Response:
+def _read(request: Request, token: str, what: Callable[[Gateway], Any]) -> Response:
+    """``what(gateway)`` as JSON, for an authorized request about an open session."""
     gateway = _authorized(request)
     try:
-        turns = gateway.session_turns(token)
+        return JSONResponse(what(gateway))
     except KeyError:
         return _unknown(token)
-    return JSONResponse([t.model_dump(mode="json") for t in turns])
+
+
+async def _turns(request: Request, token: str) -> Response:
+    return _read(request, token, lambda g: [t.model_dump(mode="json") for t in g.session_turns(token)])
 
 
 async def _report(request: Request, token: str) -> Response:
-    gateway = _authorized(request)
-    try:
-        report = gateway.session_report(token)
-    except KeyError:
-        return _unknown(token)
-    return JSONResponse(dataclasses.asdict(report))
+    return _read(request, token, lambda g: dataclasses.asdict(g.session_report(token)))
 
 
 async def _close(request: Request, token: str) -> Response:
