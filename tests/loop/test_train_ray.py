@@ -24,7 +24,7 @@ import pytest
 import torch
 
 from legorl.config import RunConfig
-from legorl.loop.ray_executor import WORKER_LOST
+from legorl.loop.ray_executor import WORKER_LOST, RayExecutor
 from legorl.loop.train import train
 from legorl.models.registry import load_model, resolve_model
 from legorl.store import open_run
@@ -118,6 +118,34 @@ def test_a_killed_rollout_worker_yields_env_failures_and_the_run_goes_on(tmp_pat
     assert first["executor/workers_lost"] == 1 and second["executor/workers"] == 1
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert rows[0]["batch/dropped_env_failure"] == len(lost)
+
+
+def test_a_worker_that_cannot_be_replaced_leaves_env_failures_not_a_crash(tmp_path, monkeypatch):
+    """Fault injection: no new worker can be started after the kill (a test double for a full cluster)."""
+    spawned = []
+    real_spawn = RayExecutor._spawn
+
+    async def spawn_once(self, node_id):
+        spawned.append(node_id)
+        if len(spawned) > 1:
+            raise RuntimeError("injected: the cluster has no room for a new worker")
+        return await real_spawn(self, node_id)
+
+    monkeypatch.setattr(RayExecutor, "_spawn", spawn_once)
+    run = tmp_path / "run"
+    stop, killed = threading.Event(), []
+    killer = threading.Thread(target=_kill_first_busy_worker, args=(stop, killed), daemon=True)
+    killer.start()
+    try:
+        history = asyncio.run(train(_config(run, "ray")))
+    finally:
+        stop.set()
+        killer.join(5)
+    assert len(killed) == 1 and len(spawned) == 2
+    rollouts = _by_rollout(run)
+    assert all(r.status == "env_failure" for k, r in rollouts.items() if k[0] == 1)
+    assert {r.cause for k, r in rollouts.items() if k[0] == 1} == {f"{WORKER_LOST}: no rollout worker is left"}
+    assert [m["step"] for m in history] == [0, 1] and history[1]["executor/workers"] == 0
 
 
 def _ranked_config(run: Path, ranks: int, steps: int = 2) -> RunConfig:

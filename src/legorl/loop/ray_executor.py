@@ -175,8 +175,10 @@ class RayExecutor:
 
         rollout_id, token = new_rollout_id(), new_token()
         seed = rollout_seed(self.cfg.seed, step, task.instance_id, group_index)
+        if not self.workers:  # all lost: wait for their replacements
+            await asyncio.gather(*self._replacing.values(), return_exceptions=True)
         if not self.workers:
-            await asyncio.gather(*self._replacing.values())
+            return self._failed(task, step, group_index, rollout_id, token, f"{WORKER_LOST}: no rollout worker is left")
         worker = min(self.workers, key=lambda w: w.in_flight)
         worker.in_flight += 1
         try:
@@ -203,10 +205,12 @@ class RayExecutor:
             self.workers.remove(worker)
             self.stats["workers_lost"] += 1
             alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
-            node = worker.node_id if worker.node_id in alive else next(iter(alive))
+            node = worker.node_id if worker.node_id in alive or not alive else next(iter(alive))
             try:
                 self.workers.append(await self._spawn(node))
                 log.warning("%s (pid %d) was lost; a new worker took its place", worker.name, worker.pid)
+            except Exception as e:  # noqa: BLE001 - the run goes on with the workers it has
+                log.error("%s (pid %d) was lost and could not be replaced: %s", worker.name, worker.pid, e)
             finally:
                 self.stats["workers"] = len(self.workers)
 
@@ -219,10 +223,15 @@ class RayExecutor:
     def _lost(
         self, task: Task, step: int, group_index: int, rollout_id: str, token: str, worker: _Worker, error: Exception
     ) -> Rollout:
-        """The record of a rollout whose worker died: an environment failure, with the Turns the
-        gateway had recorded for it (its session is closed here)."""
-        turns = self.stack.gateway.close_session(token)
+        """The record of a rollout whose worker died."""
         reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        cause = f"{WORKER_LOST}: {worker.name} (pid {worker.pid}, node {worker.node_id[:12]}): {reason}"
+        return self._failed(task, step, group_index, rollout_id, token, cause)
+
+    def _failed(self, task: Task, step: int, group_index: int, rollout_id: str, token: str, cause: str) -> Rollout:
+        """An environment failure, with the Turns the gateway had recorded for the rollout (its
+        session is closed here)."""
+        turns = self.stack.gateway.close_session(token)
         return Rollout(
             rollout_id=rollout_id,
             session_id=turns[0].session_id if turns else rollout_id,
@@ -232,6 +241,6 @@ class RayExecutor:
             step=step,
             group_index=group_index,
             status="env_failure",
-            cause=f"{WORKER_LOST}: {worker.name} (pid {worker.pid}, node {worker.node_id[:12]}): {reason}",
+            cause=cause,
             samples=build_samples(turns, rollout_id),
         )
