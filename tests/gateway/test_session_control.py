@@ -121,6 +121,11 @@ def test_a_session_seed_fixes_every_calls_seed_whatever_the_request_asks(live):
     assert seeds[2:4] == seeds[:2]  # same session seed, same turn -> same seed
     assert seeds[4] not in seeds[:4]
     assert seeds[5:] == [5, None]  # a session without a seed: the request's own
+    # an engine that cannot take seeds (vLLM's CPU build dies on seeded requests in a batch) gets none
+    engine.seeded_sampling = False
+    for token, asked in ((a, None), (free, 5)):
+        _chat(server, token, seed=asked)
+    assert seeds[7:] == [None, None]
 
 
 async def test_the_relay_carries_requests_and_streams_to_the_gateway(live, tmp_path):

