@@ -104,9 +104,9 @@ def streams_tokens(engine: object) -> bool:
 
 def honours_seeds(engine: object) -> bool:
     """Whether ``engine`` samples a request with ``SamplingParams.seed`` reproducibly, also among
-    other requests (``seeded_sampling``, default True). vLLM's CPU build does not: a seeded request
-    in a batch kills its engine core ("CPU Generator does not use offset"), so the gateway sends it
-    no seeds."""
+    other requests (``seeded_sampling``, default True). vLLM's CPU build does not: seeded requests
+    at once killed its engine core ("CPU Generator does not use offset"), so the gateway sends it no
+    seeds."""
     return bool(getattr(engine, "seeded_sampling", True))
 
 
