@@ -167,3 +167,17 @@ def test_settings_knobs_are_read_in_one_place():
     pattern = re.compile("[\"'](" + "|".join(KNOBS) + ")[\"']")
     readers = {str(p.relative_to(src)) for p in src.rglob("*.py") if pattern.search(p.read_text())}
     assert readers == {"settings.py"}, sorted(readers)
+
+
+def test_ray_settings_without_ray_name_the_field_and_the_install(monkeypatch):
+    import importlib.util
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "ray" else real_find_spec(name, *a)
+    )
+    with pytest.raises(ConfigError, match=r"executor.type: ray need Ray: pip install 'legorl\[ray\]'"):
+        RunConfig.load(None, **{"executor.type": "ray"})
+    with pytest.raises(ConfigError, match=r"trainer.ranks > 1 need Ray"):
+        RunConfig.load(None, **{"trainer.ranks": 2, "engine.colocate_trainer": False})
+    assert RunConfig.load(None).executor.type == "local"  # the local default needs no Ray

@@ -5,6 +5,7 @@ Field descriptions double as documentation; files are JSON, and CLI flags overri
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -405,6 +406,20 @@ class RunConfig(_Strict):
     def _grpo_clip(self) -> RunConfig:
         if self.trainer.objective == "grpo" and self.trainer.eps_high < 0.01:
             raise ValueError("objective 'grpo' uses token ratios: set trainer.eps_low/eps_high (e.g. 0.2)")
+        return self
+
+    @model_validator(mode="after")
+    def _ray_is_installed(self) -> RunConfig:
+        uses = [
+            n
+            for n, on in (
+                ("executor.type: ray", self.executor.type == "ray"),
+                ("trainer.ranks > 1", self.trainer.ranks > 1),
+            )
+            if on
+        ]
+        if uses and importlib.util.find_spec("ray") is None:
+            raise ValueError(f"{' and '.join(uses)} need Ray: pip install 'legorl[ray]'")
         return self
 
     @model_validator(mode="after")

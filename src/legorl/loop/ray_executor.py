@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from legorl.cluster import ray_cluster
+from legorl.engines.server_process import say
 from legorl.errors import ConfigError
 from legorl.gateway.control import RemoteGateway, enable_control, new_control_secret
 from legorl.gateway.relay import Relay
@@ -132,13 +133,14 @@ class RayExecutor:
         self._cluster.enter_context(ray_cluster(ex))
         try:
             nodes = [n["NodeID"] for n in ray.nodes() if n.get("Alive")]
+            say(f"ray executor: starting {len(nodes) * ex.workers_per_node} rollout worker(s)")
             spawned = [self._spawn(node) for node in nodes for _ in range(ex.workers_per_node)]
             self.workers = list(await asyncio.gather(*spawned))
         except BaseException:
             await self.__aexit__()
             raise
         self.stats["workers"] = len(self.workers)
-        log.info("ray executor: %d rollout worker(s) on %d node(s)", len(self.workers), len(nodes))
+        say(f"ray executor: {len(self.workers)} rollout worker(s) on {len(nodes)} node(s)")
         return self
 
     async def __aexit__(self, *exc: object) -> None:

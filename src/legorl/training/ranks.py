@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from legorl.cluster import ray_cluster
+from legorl.engines.server_process import say
 
 if TYPE_CHECKING:
     import torch
@@ -164,6 +165,7 @@ class RankedTrainer:
                 strategy = PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=r)
                 options = {"num_cpus": 1, "num_gpus": 1 if use_gpus else 0, "scheduling_strategy": strategy}
                 self.ranks.append(actor.options(**options).remote(r, ranks))
+            say(f"trainer: {ranks} FSDP2 ranks on Ray, each loading {Path(model_path).name} (a minute or less)")
             master = ray.get(self.ranks[0].rendezvous_address.remote())
             ray.get(
                 [
