@@ -167,8 +167,11 @@ def test_gold_patch_twin_run_happens_and_finds_nothing(backend):
     # and the two FAIL_TO_PASS tests (first, in the main run's order too), not the 8 PASS_TO_PASS tests
     assert "twin run: stopped after the last twin: 4 test(s) run, 8 not" in report.log_tail
     assert "twin run: replayed the diff's files" in report.log_tail
+    # and the test patch's files, as the main run's `git apply` left them
+    assert "twin run: replayed the test patch's files" in report.log_tail
 
 
+@pytest.mark.sandbox
 def test_twin_run_applies_a_diff_its_files_alone_cannot_reproduce(backend):
     """A file mode (here a new executable script) is not in the patched files' bytes: the twin run
     applies the diff itself, and the verdict is the same."""
@@ -179,7 +182,24 @@ def test_twin_run_applies_a_diff_its_files_alone_cannot_reproduce(backend):
     )
     report = grade(task, task.patch + script, backend)
     assert report.resolved and report.flags == [], report.flag_details
-    assert "twin run: applied the diff" in report.log_tail and "replayed" not in report.log_tail
+    assert "twin run: applied the diff" in report.log_tail and "replayed the diff" not in report.log_tail
+
+
+@pytest.mark.sandbox
+def test_twin_run_applies_a_test_patch_its_files_alone_cannot_reproduce(backend):
+    """Likewise for the test patch: one that adds an executable file makes the twin run apply it."""
+    task = get_task("legorl__medium-001")
+    helper = (
+        "diff --git a/tests/run_me.sh b/tests/run_me.sh\nnew file mode 100755\nindex 0000000..1111111\n"
+        "--- /dev/null\n+++ b/tests/run_me.sh\n@@ -0,0 +1,2 @@\n+#!/bin/sh\n+exit 0\n"
+    )
+    task = task.model_copy(update={"test_patch": task.test_patch + helper})
+    report = grade(task, task.patch, backend)
+    assert report.resolved and report.flags == [], report.flag_details
+    assert "twin run: 2 test(s) rewritten; no findings" in report.log_tail
+    assert "twin run: replayed the diff's files" in report.log_tail
+    assert "twin run: applied the test patch" in report.log_tail
+    assert "replayed the test patch" not in report.log_tail
 
 
 # -- twins (no sandbox) -------------------------------------------------------------------------------

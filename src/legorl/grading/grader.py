@@ -29,8 +29,8 @@ Stages (each timed in ``GraderReport.stage_s``):
    audit guard whose signed findings (frame introspection, test source reads, grader probes, runner
    patching...) become blocking flags; when FAIL_TO_PASS tests pass, a **twins** run in a fresh sandbox
    rewrites them so an honest fix must fail (``twin_test_passed`` otherwise). It costs less than the
-   first run: the diff's patched files are written back instead of applied again when their bytes say
-   it all, nothing is scanned twice, and it stops after the last twin (collection stays the first
+   first run: the files the diff and then the test patch left are written back instead of applied
+   again (no ``git`` process) when their bytes say it all, nothing is scanned twice, and it stops after the last twin (collection stays the first
    run's, so what the code under test sees up to its answers is the same). ``docs/reward-integrity.md``.
 
 Status: a diff that does not apply is the agent's fault (``ok``, reward 0); an *environment* failure
@@ -224,6 +224,8 @@ class _Outcome:
     detail: str = ""  # what the environment said (env_failure only)
     # the files the diff left, byte for byte, when writing them reproduces it (see _patched_files)
     patched_files: dict[str, bytes] | None = None
+    # the same for the test patch, applied after the diff (a twin run writes them instead of applying it)
+    test_patched_files: dict[str, bytes] | None = None
 
     @property
     def cause_text(self) -> str | None:
@@ -445,6 +447,7 @@ def _twin_pass(
             behaviour_checks=True,
             twin_tests=twin_ids,
             replay=out.patched_files,
+            replay_tests=out.test_patched_files,
         )
     finally:
         _destroy(sb, log)
@@ -566,6 +569,7 @@ def _grade_in(
     behaviour_checks: bool = False,
     twin_tests: list[str] | None = None,
     replay: dict[str, bytes] | None = None,
+    replay_tests: dict[str, bytes] | None = None,
 ) -> _Outcome:
     flags = list(flags)
     t = time.monotonic()
@@ -634,10 +638,19 @@ def _grade_in(
         flags.extend(found)
     stage["apply"] = time.monotonic() - t
 
-    if task.test_patch.strip():
+    test_patched = None
+    if replay_tests is not None:
+        # a twin run: the test patch's files as the main run left them (no git process, ~40 ms)
+        for path, data in replay_tests.items():
+            sandbox.write_bytes(path, data)
+        log.append("replayed the test patch's files")
+    elif task.test_patch.strip():
         ok, why = _apply(sandbox, task.test_patch)
         if not ok:
             return _env_failure(EnvFailureCause.TEST_PATCH_FAILED, why[-500:], flags=flags)
+        log.append("applied the test patch")
+        if behaviour_checks and not twin_tests:
+            test_patched = _patched_files(sandbox, split_diff(task.test_patch), set())
     if task.environment is not None and task.environment.runner == "sympy":
         return _sympy_run(
             sandbox, task, filtered, expected, flags, protected, python, timeout, log, stage, behaviour_checks
@@ -780,7 +793,17 @@ def _grade_in(
         and all(v == "passed" for v in tests.values())
     ):
         rc = 0
-    return _Outcome("ok", None, resolved, tests, rc, flags, sum(f2p) / len(f2p) if f2p else None, patched_files=patched)
+    return _Outcome(
+        "ok",
+        None,
+        resolved,
+        tests,
+        rc,
+        flags,
+        sum(f2p) / len(f2p) if f2p else None,
+        patched_files=patched,
+        test_patched_files=test_patched,
+    )
 
 
 def _forged(reasons: list[str], log: list[str]) -> Flag:
