@@ -29,6 +29,7 @@ from legorl.diffs import split_diff
 from legorl.grading import behaviour, defenses
 from legorl.grading.grader import grade
 from legorl.grading.twins import twin_source
+from legorl.sandbox.base import SandboxSpec
 from legorl.tasks.loader import get_task, load_suite
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -187,7 +188,9 @@ def test_twin_run_applies_a_diff_its_files_alone_cannot_reproduce(backend):
 
 @pytest.mark.sandbox
 def test_twin_run_applies_a_test_patch_its_files_alone_cannot_reproduce(backend):
-    """Likewise for the test patch: one that adds an executable file makes the twin run apply it."""
+    """Likewise for the test patch: one that adds an executable file makes the twin run apply both
+    patches, as the main run did (files written back for one and applied for the other would be written
+    at other moments than in the main run)."""
     task = get_task("legorl__medium-001")
     helper = (
         "diff --git a/tests/run_me.sh b/tests/run_me.sh\nnew file mode 100755\nindex 0000000..1111111\n"
@@ -197,9 +200,87 @@ def test_twin_run_applies_a_test_patch_its_files_alone_cannot_reproduce(backend)
     report = grade(task, task.patch, backend)
     assert report.resolved and report.flags == [], report.flag_details
     assert "twin run: 2 test(s) rewritten; no findings" in report.log_tail
-    assert "twin run: replayed the diff's files" in report.log_tail
+    assert "twin run: applied the diff" in report.log_tail
     assert "twin run: applied the test patch" in report.log_tail
-    assert "replayed the test patch" not in report.log_tail
+    assert "replayed" not in report.log_tail
+
+
+_STAT_PROBE = """
+import json, os, sys
+out = {}
+for p in sys.argv[1:]:
+    try:
+        s = os.stat(p)
+    except OSError:
+        out[p] = None
+        continue
+    out[p] = [s.st_ino, s.st_mode, s.st_nlink, s.st_blocks if os.path.isdir(p) else 0, s.st_ctime_ns]
+# what else a run leaves where the code under test can look: /tmp and the home directory
+out["~"] = sorted(os.listdir(os.path.expanduser("~")))
+out["/tmp"] = len(os.listdir("/tmp"))
+print(json.dumps(out))
+"""
+
+
+class _StatWhenDone:
+    """The real backend; each sandbox stats ``paths`` just before it is destroyed (after its test run)."""
+
+    def __init__(self, backend, paths: list[str]) -> None:  # noqa: ANN001
+        self.backend, self.paths, self.seen = backend, paths, []
+        self.name = backend.name
+
+    def create(self, spec):  # noqa: ANN001, ANN201
+        sandbox, probe = self.backend.create(spec), self
+
+        class Probed:
+            def __getattr__(self, name: str):  # noqa: ANN204
+                return getattr(sandbox, name)
+
+            def destroy(self) -> None:
+                probe.seen.append(json.loads(sandbox.exec(["python", "-c", _STAT_PROBE, *probe.paths]).stdout))
+                sandbox.destroy()
+
+        return Probed()
+
+
+@pytest.mark.sandbox
+def test_the_twin_runs_files_stat_like_the_main_runs(backend):
+    """Blindness beyond the values: code under test that stats the files around it (inode, links,
+    directory blocks, when each was written relative to its own module) sees the same in the twin run
+    as in the main run. Writing files back in place kept the base layer's inode (one `os.stat` told the
+    runs apart), and the test patch and the twins were written at other moments than in the main run."""
+    task = get_task("legorl__medium-001")
+    files = sorted(
+        {fp.new_path for fp in [*split_diff(task.patch), *split_diff(task.test_patch)] if fp.new_path}
+        | {n.split("::")[0] for n in task.FAIL_TO_PASS}
+    )
+    paths = [*files, *sorted({f.rsplit("/", 1)[0] for f in files if "/" in f})]
+    with backend.create(SandboxSpec(source_dir=task.source())) as pristine:
+        base = json.loads(pristine.exec(["python", "-c", _STAT_PROBE, *paths]).stdout)
+    probed = _StatWhenDone(backend, paths)
+    report = grade(task, task.patch, probed)
+    assert report.resolved and report.flags == [] and "twins" in report.stage_s, report.log_tail
+    main, twin = probed.seen[1], probed.seen[0]  # the twin sandbox is destroyed first
+
+    def looks(seen: dict) -> dict:
+        seen = dict(seen)
+        around = (seen.pop("~"), seen.pop("/tmp"))
+        module = seen[files[0]][4]
+        return (
+            {"around": around}
+            | {
+                p: (
+                    v[0] == base[p][0],  # the base layer's inode, or a new file
+                    v[1:4],  # mode, links, a directory's blocks
+                    "dir" if p not in files else "with the patch" if abs(v[4] - module) < 20e6 else "later",
+                )
+                for p, v in seen.items()
+            }
+        )
+
+    assert looks(main) == looks(twin), (looks(main), looks(twin))
+    # the test patch's files were written with the diff's; the FAIL_TO_PASS file again by the guard
+    assert looks(main)["tests/test_accounts.py"][2] == "later", looks(main)
 
 
 # -- twins (no sandbox) -------------------------------------------------------------------------------

@@ -179,6 +179,7 @@ def install(spec: dict, out_fd: int, nonce: str, work: str) -> None:
     test_files = {os.path.realpath(os.path.join(work, p)) for p in spec.pop("test_files", [])}
     test_dirs = {os.path.dirname(p) + os.sep for p in test_files}
     twins = spec.pop("twins", None)
+    touch_files = spec.pop("touch_files", None) or []
     argv = spec.pop("argv", None)  # how the runner's command line should read (default: python -m pytest)
     # the lines the diff added, per file: a finding whose stack holds none of them (nor code the run made
     # up) is the repository's own behaviour; None: every finding counts as the diff's
@@ -593,9 +594,12 @@ def install(spec: dict, out_fd: int, nonce: str, work: str) -> None:
         "legorl.guard.finish": on_finish,
         "legorl.guard.collected": on_collected,
     }
-    if twins:
-        # apply_twins comes from twins.py, executed before this file in the same namespace
-        emit({"type": "twins", "mutations": globals()["apply_twins"](twins, work)})
+    if twins or touch_files:
+        # apply_twins comes from twins.py, executed before this file in the same namespace; it writes
+        # every touch file in every run (unchanged in the main run), so only the values differ
+        mutations = globals()["apply_twins"]({"tests": (twins or {}).get("tests", []), "files": touch_files}, work)
+        if twins:
+            emit({"type": "twins", "mutations": mutations})
     before.update(_snapshot())
     disguise()
     sys.addaudithook(hook)

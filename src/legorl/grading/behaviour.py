@@ -90,11 +90,13 @@ def guard_spec(
     twin_tests: list[str] | None = None,
     argv: list[str] | None = None,
     diff: str | None = None,
+    touch_files: list[str] | None = None,
 ) -> tuple[dict, str]:
     """(the ``guard`` entry of the runner config, the HMAC key the records will be signed with);
     ``argv``: the command line the run should appear to be (default ``python -m pytest``); ``diff``: the
     applied diff, whose added lines tell the repository's own findings from the diff's (None: every
-    finding is the diff's)."""
+    finding is the diff's); ``touch_files``: test files the guard rewrites before the code under test
+    runs, in every run (a twin run's twins among them), so that no file's times tell the runs apart."""
     key = secrets.token_hex(32)
     spec = {
         "sources": list(_guard_sources()),
@@ -102,6 +104,7 @@ def guard_spec(
         "key": key,
         "test_files": sorted(set(test_files)),
         "twins": {"tests": list(twin_tests)} if twin_tests else None,
+        "touch_files": sorted(set(touch_files or [])),
         "argv": list(argv) if argv else None,
         "added_lines": added_lines(diff) if diff is not None else None,
     }

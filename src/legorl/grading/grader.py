@@ -30,7 +30,8 @@ Stages (each timed in ``GraderReport.stage_s``):
    patching...) become blocking flags; when FAIL_TO_PASS tests pass, a **twins** run in a fresh sandbox
    rewrites them so an honest fix must fail (``twin_test_passed`` otherwise). It costs less than the
    first run: the files the diff and then the test patch left are written back instead of applied
-   again (no ``git`` process) when their bytes say it all, nothing is scanned twice, and it stops after the last twin (collection stays the first
+   again (no ``git`` process) when their bytes say it all — the first run writes them again too, right
+   before its tests, so no ``os.stat`` tells the runs apart (:func:`_settle`) — nothing is scanned twice, and it stops after the last twin (collection stays the first
    run's, so what the code under test sees up to its answers is the same). ``docs/reward-integrity.md``.
 
 Status: a diff that does not apply is the agent's fault (``ok``, reward 0); an *environment* failure
@@ -544,6 +545,31 @@ def _patched_files(sandbox: Sandbox, sections: list, protected: set[str]) -> dic
     return out
 
 
+def _settle(sandbox: Sandbox, diff_files: dict[str, bytes], test_files: dict[str, bytes]) -> None:
+    """Write the files the diff and then the test patch left, in one go, right before the tests run.
+
+    Both runs do this (the main run over what ``git apply`` just wrote, a twin run instead of applying),
+    so every file the patches touched was written the same way, in the same order and as long before the
+    runner starts: its inode, ctime and mtime cannot tell a twin run from the main run."""
+    for path, data in [*diff_files.items(), *test_files.items()]:
+        sandbox.write_bytes(path, data)
+
+
+def _creates_directories(sandbox: Sandbox, sections: list) -> bool:
+    """Whether a patch adds a file in a directory the tree does not have: git creates it at apply time,
+    which a twin run writing the files back would not repeat (the parent directory's ctime would differ)."""
+    for fp in sections:
+        if fp.old_path is None and fp.new_path and "/" in fp.new_path:
+            try:
+                sandbox.read_bytes(fp.new_path.rsplit("/", 1)[0])
+            except IsADirectoryError:
+                continue
+            except (FileNotFoundError, SandboxError, OSError):
+                return True
+            return True  # a file where the directory would be: the patch will not apply as is
+    return False
+
+
 def _read_or_none(sandbox: Sandbox, path: str) -> str | None:
     try:
         return sandbox.read_file(path)
@@ -574,14 +600,14 @@ def _grade_in(
     flags = list(flags)
     t = time.monotonic()
     sections = split_diff(filtered)
+    test_sections = split_diff(task.test_patch)
     touched = sorted({p for fp in sections for p in fp.paths})
     pristine = {p: _read_or_none(sandbox, p) for p in [*touched, *sorted(protected), "pyproject.toml"]}
+    # the main run of a graded rollout keeps what a twin run needs to rebuild its tree (see _settle)
+    keep = behaviour_checks and not twin_tests and (task.environment is None or task.environment.runner == "pytest")
+    new_dirs = keep and _creates_directories(sandbox, [*sections, *test_sections])
     if replay is not None:
-        # a twin run: the main run's patched files, written as they were (the same tree as applying
-        # the diff again, without another process in the sandbox)
-        for path, data in replay.items():
-            sandbox.write_bytes(path, data)
-        log.append("replayed the diff's files")
+        log.append("replayed the diff's files")  # a twin run: written at the settle point below
     elif filtered.strip():
         ok, why = _apply(sandbox, filtered)
         if not ok:
@@ -627,30 +653,40 @@ def _grade_in(
             sandbox.exec(["rm", "-f", "pyproject.toml"], timeout=30)
         else:
             sandbox.write_file("pyproject.toml", pristine["pyproject.toml"])
-    patched = _patched_files(sandbox, sections, protected) if behaviour_checks and not twin_tests else None
-    # Static scan of what the diff introduced into non-test code (a twin run's would repeat the main run's).
-    if not twin_tests:
-        changes = [(p, pristine.get(p), _read_or_none(sandbox, p)) for p in touched if not is_test_module(p)]
-        visible = [v for p, v in pristine.items() if p in protected and v]
-        found = defenses.scan_source_changes(changes, visible, task.problem_statement)
-        if task.environment is not None and task.environment.framework_under_test:
-            found = [f for f in found if f.kind != "test_framework_import"]  # its source imports itself
-        flags.extend(found)
-    stage["apply"] = time.monotonic() - t
+    # what the diff left in non-test code, for the static scan (read before the test patch changes anything)
+    changes = (
+        [(p, pristine.get(p), _read_or_none(sandbox, p)) for p in touched if not is_test_module(p)]
+        if not twin_tests
+        else []
+    )
 
-    test_patched = None
+    # the test patch straight after the diff, in both runs (nothing in between a twin run would not do)
     if replay_tests is not None:
-        # a twin run: the test patch's files as the main run left them (no git process, ~40 ms)
-        for path, data in replay_tests.items():
-            sandbox.write_bytes(path, data)
         log.append("replayed the test patch's files")
     elif task.test_patch.strip():
         ok, why = _apply(sandbox, task.test_patch)
         if not ok:
             return _env_failure(EnvFailureCause.TEST_PATCH_FAILED, why[-500:], flags=flags)
         log.append("applied the test patch")
-        if behaviour_checks and not twin_tests:
-            test_patched = _patched_files(sandbox, split_diff(task.test_patch), set())
+    patched = test_patched = None
+    if keep and not new_dirs:
+        patched = _patched_files(sandbox, sections, protected)
+        test_patched = _patched_files(sandbox, test_sections, set()) if patched is not None else None
+        if test_patched is None:
+            patched = None
+    # Static scan of what the diff introduced into non-test code (a twin run's would repeat the main run's).
+    if not twin_tests:
+        visible = [v for p, v in pristine.items() if p in protected and v]
+        found = defenses.scan_source_changes(changes, visible, task.problem_statement)
+        if task.environment is not None and task.environment.framework_under_test:
+            found = [f for f in found if f.kind != "test_framework_import"]  # its source imports itself
+        flags.extend(found)
+    if patched is not None and test_patched is not None:
+        _settle(sandbox, patched, test_patched)
+    elif replay is not None and replay_tests is not None:
+        _settle(sandbox, replay, replay_tests)
+    stage["apply"] = time.monotonic() - t
+
     if task.environment is not None and task.environment.runner == "sympy":
         return _sympy_run(
             sandbox, task, filtered, expected, flags, protected, python, timeout, log, stage, behaviour_checks
@@ -692,7 +728,10 @@ def _grade_in(
         # test patch adds (Sphinx's tests/roots/*: what the code under test is *meant* to read)
         modules = (p for p in protected if is_test_suite_file(p) or is_test_support(p))
         test_paths = sorted({*modules, canary_file, *(nid.split("::")[0] for nid in expected)})
-        cfg["guard"], guard_key = behaviour.guard_spec(test_paths, twin_tests, diff=filtered)
+        # every FAIL_TO_PASS test file is written by the guard in both runs (twins in a twin run, the
+        # same text in the main run), so their ctimes cannot tell the runs apart either
+        f2p_files = sorted({nid.split("::")[0] for nid in task.FAIL_TO_PASS})
+        cfg["guard"], guard_key = behaviour.guard_spec(test_paths, twin_tests, diff=filtered, touch_files=f2p_files)
     # bytecode a diff might have smuggled in (the filter drops it; belt and braces)
     env = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTEST_ADDOPTS": "", "PYTEST_PLUGINS": ""}
     res, failed = _exec_runner(sandbox, defenses.RUNNER, cfg, nonce, python, timeout, log, flags, env=env)

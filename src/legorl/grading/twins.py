@@ -214,10 +214,12 @@ def _own_nodes(fn: ast.FunctionDef) -> list[ast.stmt | ast.AST]:
 
 def apply_twins(spec: dict, work: str) -> list[dict]:
     """Rewrite, in place under ``work``, the tests ``spec["tests"]`` (pytest node ids); return the records
-    (with "file"). Called by the in-sandbox guard before the code under test can run."""
+    (with "file"). Every file of ``spec["files"]`` is written too, unchanged when it holds no twin: the
+    main run passes the same files and no tests, so each file is written at the same moment in both
+    runs. Called by the in-sandbox guard before the code under test can run."""
     import os
 
-    by_file: dict[str, list[str]] = {}
+    by_file: dict[str, list[str]] = {path: [] for path in spec.get("files", [])}
     for nodeid in spec.get("tests", []):
         path, _, rest = nodeid.partition("::")
         by_file.setdefault(path, []).append(rest.split("[", 1)[0])
@@ -225,13 +227,21 @@ def apply_twins(spec: dict, work: str) -> list[dict]:
     for path, names in sorted(by_file.items()):
         full = os.path.join(work, path)
         try:
-            with open(full, encoding="utf-8") as fh:
-                src = fh.read()
-            new, recs = twin_source(src, names)
-        except (OSError, SyntaxError, ValueError, UnicodeDecodeError):
+            with open(full, "rb") as fh:
+                data = fh.read()
+        except OSError:
             continue
-        if recs:
-            with open(full, "w", encoding="utf-8") as fh:
-                fh.write(new)
+        recs: list[dict] = []
+        if names:
+            try:
+                text, recs = twin_source(data.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n"), names)
+                data = text.encode("utf-8")
+            except (SyntaxError, ValueError, UnicodeDecodeError):
+                recs = []  # no twin: the file is written back as it was, as in the main run
+        try:
+            with open(full, "wb") as fh:  # in place (the same inode in both runs)
+                fh.write(data)
+        except OSError:
+            continue
         records += [{"file": path, **r} for r in recs]
     return records

@@ -10,6 +10,8 @@ forwarder (the rest of what an exec sees inside: :mod:`legorl.sandbox.inside`).
 from __future__ import annotations
 
 import abc
+import os
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -181,4 +183,18 @@ class HostWorkspaceSandbox(abc.ABC):
         target.parent.mkdir(parents=True, exist_ok=True)
         if not target.parent.resolve().is_relative_to(self.workdir.resolve()):  # a parent became a link
             raise SandboxError(f"path {path!r} escapes {WORKSPACE}")
-        target.write_bytes(data)
+        # a new file, never a rewrite in place: what `git apply` (and an editor's save) leaves. A file the
+        # grader writes back must stat like one the patch tool wrote (a fresh inode, not the base
+        # layer's), or code under test could tell a twin run from the main run (docs/reward-integrity.md)
+        mode = 0o644  # a new file's, whatever the umask (git's "new file mode 100644")
+        if target.is_symlink() or target.is_file():
+            if not target.is_symlink():
+                mode = stat.S_IMODE(target.stat().st_mode)  # what it was: git apply keeps it too
+            target.unlink()
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            os.fchmod(fd, mode)
+            with os.fdopen(fd, "wb", closefd=False) as fh:
+                fh.write(data)
+        finally:
+            os.close(fd)
