@@ -30,9 +30,10 @@ Stages (each timed in ``GraderReport.stage_s``):
    patching...) become blocking flags; when FAIL_TO_PASS tests pass, a **twins** run in a fresh sandbox
    rewrites them so an honest fix must fail (``twin_test_passed`` otherwise). It costs less than the
    first run: the files the diff and then the test patch left are written back instead of applied
-   again (no ``git`` process) when their bytes say it all — the first run writes them again too, right
-   before its tests, so no ``os.stat`` tells the runs apart (:func:`_settle`) — nothing is scanned twice, and it stops after the last twin (collection stays the first
-   run's, so what the code under test sees up to its answers is the same). ``docs/reward-integrity.md``.
+   again (no ``git`` process) when their bytes say it all (the first run writes them again too, right
+   before its tests, so no ``os.stat`` tells the runs apart: :func:`_settle`), nothing is scanned
+   twice, and it stops after the last twin (collection stays the first run's, so what the code under
+   test sees up to its answers is the same). ``docs/reward-integrity.md``.
 
 Status: a diff that does not apply is the agent's fault (``ok``, reward 0); an *environment* failure
 that keeps the grader from a verdict is ``env_failure`` with a typed
@@ -447,8 +448,11 @@ def _twin_pass(
             {},
             behaviour_checks=True,
             twin_tests=twin_ids,
-            replay=out.patched_files,
-            replay_tests=out.test_patched_files,
+            replay=(
+                (out.patched_files, out.test_patched_files)
+                if out.patched_files is not None and out.test_patched_files is not None
+                else None
+            ),
         )
     finally:
         _destroy(sb, log)
@@ -563,10 +567,10 @@ def _creates_directories(sandbox: Sandbox, sections: list) -> bool:
             try:
                 sandbox.read_bytes(fp.new_path.rsplit("/", 1)[0])
             except IsADirectoryError:
-                continue
-            except (FileNotFoundError, SandboxError, OSError):
-                return True
-            return True  # a file where the directory would be: the patch will not apply as is
+                continue  # it exists
+            except (SandboxError, OSError):
+                pass  # missing (or not readable): git would create it
+            return True  # missing, or a file where the directory would be
     return False
 
 
@@ -594,9 +598,10 @@ def _grade_in(
     *,
     behaviour_checks: bool = False,
     twin_tests: list[str] | None = None,
-    replay: dict[str, bytes] | None = None,
-    replay_tests: dict[str, bytes] | None = None,
+    replay: tuple[dict[str, bytes], dict[str, bytes]] | None = None,
 ) -> _Outcome:
+    """One run in ``sandbox``. ``replay``: a twin run's (diff files, test patch files) to write back
+    instead of applying the two patches (None: apply them with git, as the main run did)."""
     flags = list(flags)
     t = time.monotonic()
     sections = split_diff(filtered)
@@ -661,7 +666,7 @@ def _grade_in(
     )
 
     # the test patch straight after the diff, in both runs (nothing in between a twin run would not do)
-    if replay_tests is not None:
+    if replay is not None:
         log.append("replayed the test patch's files")
     elif task.test_patch.strip():
         ok, why = _apply(sandbox, task.test_patch)
@@ -671,9 +676,9 @@ def _grade_in(
     patched = test_patched = None
     if keep and not new_dirs:
         patched = _patched_files(sandbox, sections, protected)
-        test_patched = _patched_files(sandbox, test_sections, set()) if patched is not None else None
-        if test_patched is None:
-            patched = None
+        test_patched = _patched_files(sandbox, test_sections, set())
+        if patched is None or test_patched is None:
+            patched = test_patched = None  # the twin run applies both patches with git, as this run did
     # Static scan of what the diff introduced into non-test code (a twin run's would repeat the main run's).
     if not twin_tests:
         visible = [v for p, v in pristine.items() if p in protected and v]
@@ -683,8 +688,8 @@ def _grade_in(
         flags.extend(found)
     if patched is not None and test_patched is not None:
         _settle(sandbox, patched, test_patched)
-    elif replay is not None and replay_tests is not None:
-        _settle(sandbox, replay, replay_tests)
+    elif replay is not None:
+        _settle(sandbox, *replay)
     stage["apply"] = time.monotonic() - t
 
     if task.environment is not None and task.environment.runner == "sympy":
