@@ -152,15 +152,23 @@ async def test_a_streamed_generation_hands_over_tokens_while_the_server_samples(
         first.set()
 
     try:
-        plain = await engine.generate(prompt, sampling)
-        task = asyncio.create_task(engine.generate(prompt, sampling, on_tokens=sink))
+        # A sequence far longer than a metrics round trip on a loaded machine: the server must still
+        # be sampling it when the first ids have reached the sink (a 200-token one can end first).
+        long = asyncio.create_task(
+            engine.generate(prompt, SamplingParams(max_tokens=1900, temperature=0.0), on_tokens=sink)
+        )
         await first.wait()
-        still_running = (not task.done(), await _running(server), engine.health().active_requests)
-        streamed = await task
+        still_running = (not long.done(), await _running(server), engine.health().active_requests)
+        long.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await long
+        assert still_running == (True, 1, 1) and 0 < sum(map(len, chunks)) < 1900
+
+        chunks.clear()
+        plain = await engine.generate(prompt, sampling)
+        streamed = await engine.generate(prompt, sampling, on_tokens=sink)
     finally:
         await engine.close()
-    assert len(plain.token_ids) >= 100  # long enough for "still running" to mean something
-    assert still_running == (True, 1, 1)
     assert len(chunks) > 1 and [t for c in chunks for t in c] == streamed.token_ids
     assert streamed.token_ids == plain.token_ids and streamed.logprobs == plain.logprobs
     assert (streamed.finish_reason, streamed.weight_version) == (plain.finish_reason, plain.weight_version)
