@@ -214,7 +214,20 @@ class TrainerConfig(_Strict):
     )
     loss_aggregation: Literal["sample_mean", "token_mean"] = Field(
         "sample_mean",
-        description="sample_mean: every sample weighs the same; token_mean: every sampled token does (see legorl.training.gspo).",
+        description="How a rollout's weight is shared among its samples: sample_mean equally, token_mean by sampled tokens (with rollout_weighting sample: every sample, or every sampled token, weighs the same; docs/objective.md).",
+    )
+    rollout_weighting: Literal["rollout", "sample"] = Field(
+        "rollout",
+        description="rollout: every rollout weighs the same, however many samples compaction, rebuilds or sub-agents split it into; sample: every sample (sample_mean) or sampled token (token_mean) does, so a rollout split into k samples weighs k times as much (docs/objective.md).",
+    )
+    is_level: Literal["sequence", "token"] | None = Field(
+        None,
+        description="Level of the rollout-vs-trainer importance weights pi_old/pi_rollout that tis_cap truncates and mis_cap masks: per token, or per sequence (geometric mean of the token ratios); null: the objective's own (gspo, gspo_token: sequence; grpo: token).",
+    )
+    mis_cap: float | None = Field(
+        None,
+        gt=1,
+        description="Masked importance sampling: tokens (or sequences, per is_level) whose ratio pi_old/pi_rollout leaves [1/mis_cap, mis_cap] carry no gradient; null: no masking.",
     )
     kl_coef: float = Field(
         0.0,
@@ -367,6 +380,28 @@ class ExecutorConfig(_Strict):
     )
 
 
+class SFTConfig(_Strict):
+    """`legorl sft`: the warm start before RL (legorl.training.sft) — supervised fine-tuning on the
+    sampled tokens of recorded successful rollouts; the rest of the config is the RL run it starts."""
+
+    lr: float = Field(1e-5, gt=0, description="AdamW learning rate (peak, after warm-up).")
+    lr_warmup_steps: int = Field(0, ge=0, description="Optimiser steps of linear warm-up.")
+    lr_schedule: Literal["constant", "linear", "cosine"] = Field(
+        "constant", description="After warm-up: constant, or a decay to 0 at the last optimiser step."
+    )
+    epochs: int = Field(1, ge=1, description="Passes over the selected samples.")
+    batch_samples: int = Field(8, ge=1, description="Samples per optimiser step (the loss is their token mean).")
+    forward_tokens: int = Field(
+        8192, ge=1, description="Token positions per forward pass (padded rows × longest); a batch is split to fit."
+    )
+    packing: bool = Field(False, description="Pack a forward pass's samples end to end in one row (no padding).")
+    gradient_checkpointing: bool = Field(False, description="Decoder layers recompute their activations in backward.")
+    chunk_size: int = Field(1024, ge=1, description="Positions per LM-head chunk (bounds the vocabulary-sized logits).")
+    grad_clip: float = Field(1.0, gt=0, description="Max global gradient norm (per optimiser step).")
+    min_reward: float = Field(1.0, description="Keep rollouts with at least this reward (status ok, no blocking flag).")
+    seed: int = Field(0, description="Seed of the sample order (the fine-tune is deterministic given it).")
+
+
 class RunConfig(_Strict):
     run_dir: Path = Field(Path("runs/demo"), description="Where turns, rollouts and metrics are written.")
     suite: str = Field("trivial", description="Task suite: a suite name (`legorl tasks list`) or a path.")
@@ -401,6 +436,7 @@ class RunConfig(_Strict):
     eval: EvalConfig = Field(default_factory=EvalConfig)
     monitors: MonitorsConfig = Field(default_factory=MonitorsConfig)
     wandb: WandbConfig = Field(default_factory=WandbConfig)
+    sft: SFTConfig = Field(default_factory=SFTConfig)
 
     @model_validator(mode="after")
     def _grpo_clip(self) -> RunConfig:

@@ -9,10 +9,13 @@ import json
 import pytest
 from native_helpers import foreign_connects, run_native, tool_call, tool_names
 
+from legorl.config import TrainerConfig
 from legorl.harnesses.base import Budget, Harness
 from legorl.harnesses.claude_code import ClaudeCodeHarness, strip_v1
 from legorl.harnesses.common import ISSUE_PLACEHOLDER, json_lines
 from legorl.sandbox.base import ExecResult
+from legorl.training.gspo import sample_weights
+from legorl.trajectory.records import Sample
 
 F = "/workspace/calc/arith.py"
 READ = ("Read", {"file_path": F})
@@ -168,6 +171,22 @@ def test_claude_code_compaction_is_a_linked_segment(tmp_path):
     assert comp.parent_thread_id == comp.thread_id == "main"
     assert "This session is being continued" in run.prompts[comp.turn_indices[0]]
     assert foreign_connects(run.connects) == [], run.connects
+    _assert_rollout_is_the_unit(run.samples)
+
+
+def _assert_rollout_is_the_unit(split: list[Sample]) -> None:
+    """The step's weights (the trainer's own function and config) of this split rollout beside a
+    rollout that did not split: equal under ``rollout`` weighting, k to 1 under ``sample``."""
+    assert len({s.rollout_id for s in split}) == 1 and len(split) >= 2
+    plain = split[0].model_copy(update={"rollout_id": "r-unsplit"})
+    batch = [*split, plain]
+    for aggregation in ("sample_mean", "token_mean"):
+        cfg = TrainerConfig(loss_aggregation=aggregation)
+        assert cfg.rollout_weighting == "rollout"  # the default
+        w = sample_weights([s.rollout_id for s in batch], [s.num_sampled for s in batch], aggregation, "rollout")
+        assert sum(w[:-1]) == pytest.approx(w[-1]) == pytest.approx(1.0)
+    w = sample_weights([s.rollout_id for s in batch], [s.num_sampled for s in batch], "sample_mean", "sample")
+    assert sum(w[:-1]) == len(split) * w[-1]
 
 
 @pytest.mark.slow

@@ -58,11 +58,12 @@ def _weights(model) -> torch.Tensor:
 
 def test_aggregation_against_hand_computed_values():
     losses = [torch.tensor(1.0), torch.tensor(3.0)]
-    assert float(aggregate_losses(losses, [1, 3], "sample_mean", 2, 4)) == pytest.approx(2.0)
-    assert float(aggregate_losses(losses, [1, 3], "token_mean", 2, 4)) == pytest.approx((1 * 1 + 3 * 3) / 4)
+    # rollout_weighting sample: c = 1 (sample_mean) or n_i (token_mean), tokens 1 and 3
+    assert float(aggregate_losses(losses, [1.0, 1.0], 2.0)) == pytest.approx(2.0)
+    assert float(aggregate_losses(losses, [1.0, 3.0], 4.0)) == pytest.approx((1 * 1 + 3 * 3) / 4)
     # a micro-batch contributes its share of the mini-batch's loss
-    assert float(aggregate_losses(losses[:1], [1], "sample_mean", 2, 4)) == pytest.approx(0.5)
-    assert float(aggregate_losses(losses[1:], [3], "token_mean", 2, 4)) == pytest.approx(9 / 4)
+    assert float(aggregate_losses(losses[:1], [1.0], 2.0)) == pytest.approx(0.5)
+    assert float(aggregate_losses(losses[1:], [3.0], 4.0)) == pytest.approx(9 / 4)
 
 
 def test_gspo_loss_against_hand_computed_value():

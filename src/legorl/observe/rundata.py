@@ -49,6 +49,7 @@ CURVES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("resolved", ("rollout/resolved",)),
     ("rollout vs trainer mismatch", ("mismatch/pearson", "mismatch/k3_kl", "mismatch/mean_abs_diff")),
     ("clip fractions", ("train/clip_frac", "train/tis_weight")),
+    ("importance weights", ("train/tis_clipped_share", "train/mis_masked_share", "train/is_ess")),
     ("lengths (tokens)", ("train/sampled_tokens", "rollout/turns")),
     ("times (s)", ("time/step_s", "time/rollout_s", "time/recompute_s", "time/train_s")),
     ("env failures", ("rollout/status_env_failure", "rollout/status_harness_error", "rollout/status_timeout")),

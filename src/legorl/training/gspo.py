@@ -7,9 +7,13 @@ policy) and a scalar advantage.
 Which logprobs play which role (defined here, once):
 
 * **behaviour policy** — ``Sample.rollout_logprobs``: what the engine reported while sampling.
-  It only enters through truncated importance sampling (TIS): the loss of a sample is weighted by
-  ``min(π_old/π_rollout, C)`` (per sequence for GSPO, per token for GRPO), detached, so a rollout
-  engine that drifts from the trainer cannot blow up the update.
+  It only enters through the importance weights ``w = π_old/π_rollout`` (detached), at the level
+  ``is_level`` says (:func:`importance_weights`): per token, or per sequence as the geometric mean
+  of the token ratios (the objective's own level by default: GSPO and GSPO-token per sequence, GRPO
+  per token). Truncated importance sampling (TIS) caps ``w`` at ``tis_cap``; masked importance
+  sampling (MIS) sets ``w = 0`` where it leaves ``[1/mis_cap, mis_cap]``, so a token (or sequence)
+  that the engine and the trainer disagree on carries no gradient. A rollout engine that drifts
+  from the trainer cannot blow up the update.
 * **π_old** — the trainer's own weights *before this batch's first optimiser step*, on the exact
   sampled tokens. When the batch gets exactly one optimiser step (:func:`needs_old_recompute`
   is false) π_old equals π_θ at the moment of the training forward, so ``logp_old=None`` means
@@ -25,22 +29,34 @@ Clipping (reported per step): a ratio term is *clipped low* when ``A < 0`` and t
 ``1 − ε_low`` and *clipped high* when ``A > 0`` and it is above ``1 + ε_high`` — exactly the terms
 whose gradient the clip removes (the convention of TRL's ``clip_ratio/low_mean``/``high_mean``).
 
-Loss aggregation (:func:`aggregate_losses`): each sample has a loss ``ℓ_i`` (GSPO: ``−clipped
-surrogate`` of its sequence ratio, times its TIS weight; GRPO: the mean over its tokens of the
-per-token clipped surrogate), plus ``kl_coef · KL_i`` (k3 estimator against a frozen reference,
-mean over its tokens) when a reference is used. An optimiser step minimises
+Loss aggregation (:func:`sample_weights`, :func:`aggregate_losses`): each sample has a loss ``ℓ_i``
+(GSPO: ``−`` the mean over its tokens of the clipped surrogate of its sequence ratio, times the
+importance weights; GRPO: the same with per-token ratios), plus ``kl_coef · KL_i`` (k3 estimator
+against a frozen reference, mean over its tokens) when a reference is used. Each sample gets a
+weight ``c_i`` and an optimiser step minimises ``Σ_i c_i ℓ_i / Σ_i c_i`` over its mini-batch. With
+``n_i`` the sample's sampled tokens, and for rollout ``r`` (one harness run, which compaction, a
+rebuild or sub-agents may split into ``k_r`` samples) ``N_r = Σ_{i∈r} n_i``:
 
-* ``sample_mean`` (default): ``Σ_i ℓ_i / B`` — every sample weighs the same (GSPO paper);
-* ``token_mean``: ``Σ_i n_i ℓ_i / Σ_i n_i`` with ``n_i`` the sample's sampled tokens — every
-  sampled token weighs the same (DAPO's token-level loss for GRPO).
+=====================  ===================  ============================  ==========================
+``rollout_weighting``  ``loss_aggregation``  ``c_i``                      a rollout's total weight
+=====================  ===================  ============================  ==========================
+``rollout`` (default)  ``sample_mean``       ``1 / k_r``                  1 (equal for all rollouts)
+``rollout``            ``token_mean``        ``n_i / N_r``                1 (equal for all rollouts)
+``sample``             ``sample_mean``       ``1``                        ``k_r`` (GSPO paper)
+``sample``             ``token_mean``        ``n_i``                      ``N_r`` (DAPO's token mean)
+=====================  ===================  ============================  ==========================
 
-``B`` and ``Σ n_i`` are over the whole mini-batch, however many forward passes it is split into,
-so splitting a mini-batch into micro-batches does not change the gradient.
+So under ``rollout`` a rollout split into five samples weighs what an unsplit one does; the
+aggregation only says how a rollout's weight is shared among its samples (equally, or by sampled
+tokens). GSPO's sequence ratio stays per sample. ``k_r`` and ``N_r`` count the step's trainable
+samples; the denominator is the mini-batch's, however many forward passes it is split into, so
+splitting a mini-batch into micro-batches does not change the gradient (``docs/objective.md``).
 """
 
 from __future__ import annotations
 
 import math
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -49,6 +65,8 @@ import torch
 
 Objective = Literal["gspo", "gspo_token", "grpo"]
 LossAggregation = Literal["sample_mean", "token_mean"]
+RolloutWeighting = Literal["rollout", "sample"]
+ImportanceLevel = Literal["sequence", "token"]
 
 
 @dataclass(frozen=True)
@@ -59,6 +77,14 @@ class LossConfig:
     tis_cap: float | None = 2.0  # None disables the mismatch correction
     kl_coef: float = 0.0  # weight of the k3 KL to a reference policy (0: none, as in the GSPO paper)
     aggregation: LossAggregation = "sample_mean"
+    rollout_weighting: RolloutWeighting = "rollout"
+    is_level: ImportanceLevel | None = None  # None: the objective's own (GRPO per token, GSPO per sequence)
+    mis_cap: float | None = None  # None: no masking
+
+    @property
+    def token_level_is(self) -> bool:
+        """Importance weights per token (else one per sequence)."""
+        return self.is_level == "token" if self.is_level is not None else self.objective == "grpo"
 
 
 @dataclass
@@ -70,6 +96,7 @@ class SampleLoss:
     clipped_low: float = 0.0  # fraction of ratio terms clipped below (A < 0, ratio < 1 − ε_low)
     clipped_high: float = 0.0  # fraction clipped above (A > 0, ratio > 1 + ε_high)
     kl: float = 0.0  # k3 KL to the reference (mean over tokens), when one was given
+    importance: ImportanceWeights | None = None
 
 
 def needs_old_recompute(optimizer_steps: int) -> bool:
@@ -78,24 +105,43 @@ def needs_old_recompute(optimizer_steps: int) -> bool:
     return optimizer_steps > 1
 
 
-def aggregate_losses(
-    losses: Sequence[torch.Tensor],
+def sample_weights(
+    rollout_ids: Sequence[str],
     sampled_tokens: Sequence[int],
     aggregation: LossAggregation,
-    total_samples: int,
-    total_tokens: int,
-) -> torch.Tensor:
-    """The part of a mini-batch's loss contributed by ``losses`` (see the module doc):
-    ``Σ ℓ_i / total_samples`` or ``Σ n_i ℓ_i / total_tokens``. ``total_*`` are the mini-batch's,
-    so that micro-batches of one mini-batch add up to its loss."""
+    weighting: RolloutWeighting,
+) -> list[float]:
+    """Each sample's weight ``c_i`` in the loss (the table in the module doc). ``rollout_ids`` say
+    which samples came from one rollout; call it on the step's trainable samples."""
+    if len(rollout_ids) != len(sampled_tokens):
+        raise ValueError("one rollout id and one sampled-token count per sample")
+    if aggregation not in ("sample_mean", "token_mean"):
+        raise ValueError(f"unknown loss aggregation {aggregation!r}")
+    if weighting == "sample":
+        return [1.0 if aggregation == "sample_mean" else float(n) for n in sampled_tokens]
+    if weighting != "rollout":
+        raise ValueError(f"unknown rollout weighting {weighting!r}")
+    count: Counter[str] = Counter(rollout_ids)
+    tokens: defaultdict[str, int] = defaultdict(int)
+    for r, n in zip(rollout_ids, sampled_tokens):
+        tokens[r] += n
+    if aggregation == "sample_mean":
+        return [1.0 / count[r] for r in rollout_ids]
+    return [n / tokens[r] if tokens[r] else 1.0 / count[r] for r, n in zip(rollout_ids, sampled_tokens)]
+
+
+def aggregate_losses(losses: Sequence[torch.Tensor], weights: Sequence[float], total_weight: float) -> torch.Tensor:
+    """The part of a mini-batch's loss contributed by ``losses``: ``Σ c_i ℓ_i / total_weight``,
+    ``total_weight`` the mini-batch's ``Σ c_i`` (see the module doc), so that micro-batches of one
+    mini-batch add up to its loss."""
     if not losses:
         raise ValueError("no sample losses to aggregate")
-    if aggregation == "sample_mean":
-        return torch.stack(list(losses)).sum() / total_samples
-    if aggregation == "token_mean":
-        w = torch.tensor([float(n) for n in sampled_tokens], dtype=losses[0].dtype)
-        return (torch.stack(list(losses)) * w).sum() / total_tokens
-    raise ValueError(f"unknown loss aggregation {aggregation!r}")
+    if len(weights) != len(losses):
+        raise ValueError("one weight per sample loss")
+    if total_weight <= 0:
+        raise ValueError("the mini-batch's total weight must be positive")
+    w = torch.tensor([float(c) for c in weights], dtype=losses[0].dtype)
+    return (torch.stack(list(losses)) * w).sum() / total_weight
 
 
 def k3_kl(logp: torch.Tensor, logp_ref: torch.Tensor) -> torch.Tensor:
@@ -119,6 +165,52 @@ def group_advantages(rewards: Sequence[float], eps: float = 1e-6) -> list[float]
     return [(r - mean) / (std + eps) for r in rewards]
 
 
+@dataclass(frozen=True)
+class ImportanceWeights:
+    """The rollout-vs-trainer importance weights of one sample (per token or one per sequence) and
+    what truncation and masking did to them; counts are over ``units`` (tokens or the sequence)."""
+
+    weight: torch.Tensor  # detached; shape of the sample's tokens (token level) or a scalar
+    units: int
+    clipped: int  # raw ratio above tis_cap (truncated)
+    masked: int  # raw ratio outside [1/mis_cap, mis_cap] (weight 0)
+    raw_sum: float  # Σ raw ratio and Σ raw ratio²: the effective sample size of the step
+    raw_sq_sum: float
+
+
+# exp(±40) is far past any cap and keeps Σ w² finite in float64 for the ESS
+_LOG_RATIO_BOUND = 40.0
+
+
+def importance_weights(log_ratio: torch.Tensor, cfg: LossConfig) -> ImportanceWeights:
+    """``w = π_old/π_rollout`` from per-token ``log_ratio`` (detached): per token, or the sequence's
+    geometric mean; truncated at ``cfg.tis_cap`` (no cap: ``w = 1``, no correction) and zeroed
+    outside ``[1/cfg.mis_cap, cfg.mis_cap]``. The counts and sums describe the raw ratio."""
+    lr = log_ratio.detach().double().clamp(-_LOG_RATIO_BOUND, _LOG_RATIO_BOUND)
+    raw = torch.exp(lr if cfg.token_level_is else lr.mean())
+    # no tis_cap: no reweighting at all (weight 1), only MIS's mask if one is set
+    w = torch.ones_like(raw)
+    clipped = masked = 0
+    if cfg.tis_cap is not None:
+        clipped = int((raw > cfg.tis_cap).sum())
+        w = torch.clamp(raw, max=cfg.tis_cap)
+    if cfg.mis_cap is not None:
+        keep = (raw >= 1.0 / cfg.mis_cap) & (raw <= cfg.mis_cap)
+        masked = int((~keep).sum())
+        w = torch.where(keep, w, torch.zeros_like(w))
+    return ImportanceWeights(
+        w.to(log_ratio.dtype), raw.numel(), clipped, masked, float(raw.sum()), float((raw * raw).sum())
+    )
+
+
+def effective_sample_size(raw_sum: float, raw_sq_sum: float, units: int) -> float:
+    """Normalised effective sample size of importance weights, ``(Σw)² / (n Σw²)`` in ``(0, 1]``:
+    1 when every weight is equal (on-policy), near ``1/n`` when one weight dominates."""
+    if units == 0 or raw_sq_sum <= 0:
+        return 1.0
+    return raw_sum * raw_sum / (units * raw_sq_sum)
+
+
 def sample_loss(
     logp: torch.Tensor,
     logp_old: torch.Tensor | None,
@@ -140,52 +232,41 @@ def sample_loss(
         if logp_ref is None:
             raise ValueError("kl_coef > 0 needs the reference policy's logprobs")
         kl_t = k3_kl(logp, logp_ref)
+    iw = importance_weights(logp_old - logp_rollout, cfg)
     if cfg.objective in ("gspo", "gspo_token"):
         log_s = (logp - logp_old).mean()
         if cfg.objective == "gspo":
             s = torch.exp(log_s)
-            s_tok = s.expand_as(logp)
+            ratio = s.expand_as(logp)
         else:
             # GSPO-token: s_it = sg[s_i] * π(y_it) / sg[π(y_it)] — same value, per-token gradient.
-            s_tok = torch.exp(log_s.detach() + logp - logp.detach())
+            ratio = torch.exp(log_s.detach() + logp - logp.detach())
             s = torch.exp(log_s.detach())
-        surrogate = torch.minimum(s_tok * adv, torch.clamp(s_tok, lo, hi) * adv).mean()
         sv = float(s.detach())
         low = float(advantage < 0 and sv < lo)
         high = float(advantage > 0 and sv > hi)
-        tis = _tis(logp_old - logp_rollout, cfg, per_token=False)
-        loss = -(surrogate * tis)
-        if kl_t is not None:
-            loss = loss + cfg.kl_coef * kl_t
-        return SampleLoss(
-            loss, sv, low + high, float(tis.mean()), low, high, float(kl_t.detach()) if kl_t is not None else 0.0
-        )
-    # GRPO: token-level ratio, mean over the sample's tokens.
-    r = torch.exp(logp - logp_old)
-    tis = _tis(logp_old - logp_rollout, cfg, per_token=True)
-    per_tok = torch.minimum(r * adv, torch.clamp(r, lo, hi) * adv) * tis
-    rd = r.detach()
-    low = float((rd < lo).float().mean()) if advantage < 0 else 0.0
-    high = float((rd > hi).float().mean()) if advantage > 0 else 0.0
-    loss = -per_tok.mean()
+        shown_ratio = sv
+    else:
+        # GRPO: token-level ratio
+        ratio = torch.exp(logp - logp_old)
+        rd = ratio.detach()
+        low = float((rd < lo).float().mean()) if advantage < 0 else 0.0
+        high = float((rd > hi).float().mean()) if advantage > 0 else 0.0
+        shown_ratio = float(rd.mean())
+    per_token = torch.minimum(ratio * adv, torch.clamp(ratio, lo, hi) * adv) * iw.weight
+    loss = -per_token.mean()
     if kl_t is not None:
         loss = loss + cfg.kl_coef * kl_t
     return SampleLoss(
         loss,
-        float(rd.mean()),
+        shown_ratio,
         low + high,
-        float(tis.mean()),
+        float(iw.weight.mean()),
         low,
         high,
         float(kl_t.detach()) if kl_t is not None else 0.0,
+        iw,
     )
-
-
-def _tis(log_w: torch.Tensor, cfg: LossConfig, per_token: bool) -> torch.Tensor:
-    if cfg.tis_cap is None:
-        return torch.ones(() if not per_token else log_w.shape, dtype=log_w.dtype)
-    w = torch.exp(log_w.detach() if per_token else log_w.detach().mean())
-    return torch.clamp(w, max=cfg.tis_cap)
 
 
 @dataclass

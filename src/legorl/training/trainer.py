@@ -45,7 +45,16 @@ import torch
 from legorl.config import TrainerConfig
 from legorl.errors import ConfigError
 from legorl.training import distributed as dp
-from legorl.training.gspo import LossConfig, aggregate_losses, mismatch_stats, needs_old_recompute, sample_loss
+from legorl.training.gspo import (
+    ImportanceWeights,
+    LossConfig,
+    aggregate_losses,
+    effective_sample_size,
+    mismatch_stats,
+    needs_old_recompute,
+    sample_loss,
+    sample_weights,
+)
 from legorl.training.logprobs import (
     compute_token_logprobs_batch,
     compute_token_logprobs_packed,
@@ -167,6 +176,12 @@ class _StepStats:
     clipped_high: list[float] = field(default_factory=list)
     tis: list[float] = field(default_factory=list)
     kl: list[float] = field(default_factory=list)
+    # importance weights π_old/π_rollout over every term (tokens or sequences, per is_level)
+    is_units: int = 0
+    is_clipped: int = 0
+    is_masked: int = 0
+    is_raw_sum: float = 0.0
+    is_raw_sq_sum: float = 0.0
     forward_passes: int = 0
     fed_tokens: int = 0  # token positions the decoder ran (padding and shared prefixes counted as fed)
     pad_tokens: int = 0
@@ -199,7 +214,15 @@ class Trainer:
         self.seed = seed
         self.pad_token_id = pad_token_id
         self.loss_cfg = LossConfig(
-            cfg.objective, cfg.eps_low, cfg.eps_high, cfg.tis_cap, cfg.kl_coef, cfg.loss_aggregation
+            objective=cfg.objective,
+            eps_low=cfg.eps_low,
+            eps_high=cfg.eps_high,
+            tis_cap=cfg.tis_cap,
+            kl_coef=cfg.kl_coef,
+            aggregation=cfg.loss_aggregation,
+            rollout_weighting=cfg.rollout_weighting,
+            is_level=cfg.is_level,
+            mis_cap=cfg.mis_cap,
         )
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.lr, weight_decay=0.0)
         # KL anchor: the initial policy, frozen (only kept when it is used)
@@ -305,6 +328,13 @@ class Trainer:
             group["lr"] = lr
         trainable = [s for s in samples if s.advantage and s.num_sampled > 0]
         idle = [s for s in samples if not (s.advantage and s.num_sampled > 0)] + [*monitor]
+        # each sample's share of its rollout's weight (gspo.sample_weights), over the whole step
+        weights = sample_weights(
+            [s.rollout_id for s in trainable],
+            [s.num_sampled for s in trainable],
+            self.loss_cfg.aggregation,
+            self.loss_cfg.rollout_weighting,
+        )
         mb_size = self.cfg.minibatch_size or max(1, len(trainable))
         minibatches_per_epoch = math.ceil(len(trainable) / mb_size)
         opt_steps = self.cfg.ppo_epochs * minibatches_per_epoch
@@ -334,7 +364,9 @@ class Trainer:
             for m in range(minibatches_per_epoch):
                 mb = order[m * mb_size : (m + 1) * mb_size]
                 fid = fid_trainer if (not recompute and epoch == 0) else None
-                loss = self._optimizer_step([trainable[i] for i in mb], [old[i] for i in mb], stats, fid)
+                loss = self._optimizer_step(
+                    [trainable[i] for i in mb], [old[i] for i in mb], [weights[i] for i in mb], stats, fid
+                )
                 if fid is not None:
                     fid_rollout.extend(_rollout_lp(trainable[i]) for i in mb)
                     self._step_logprobs.update((id(trainable[i]), t) for i, t in zip(mb, fid[len(fid) - len(mb) :]))
@@ -359,6 +391,10 @@ class Trainer:
             "train/clip_frac_high": _mean(stats.clipped_high),
             "train/clip_frac": _mean([a + b for a, b in zip(stats.clipped_low, stats.clipped_high)]),
             "train/tis_weight": _mean(stats.tis),
+            "train/tis_clipped_share": stats.is_clipped / stats.is_units if stats.is_units else 0.0,
+            "train/mis_masked_share": stats.is_masked / stats.is_units if stats.is_units else 0.0,
+            "train/is_ess": effective_sample_size(stats.is_raw_sum, stats.is_raw_sq_sum, stats.is_units),
+            "train/rollouts": len({s.rollout_id for s in trainable}),
             "train/grad_norm": _mean(stats.grad_norms),
             "train/grad_norm_max": max(stats.grad_norms) if stats.grad_norms else 0.0,
             "train/optimizer_steps": opt_steps,
@@ -379,14 +415,19 @@ class Trainer:
         return metrics
 
     def _optimizer_step(
-        self, mb: list[Sample], old: list[torch.Tensor | None], stats: _StepStats, fidelity: list[torch.Tensor] | None
+        self,
+        mb: list[Sample],
+        old: list[torch.Tensor | None],
+        weights: list[float],
+        stats: _StepStats,
+        fidelity: list[torch.Tensor] | None,
     ) -> float:
         """Forward/backward ``mb`` in as few passes as ``forward_tokens`` allows, then one clipped
-        optimiser step; returns the mini-batch loss. ``fidelity``: append the (pre-update)
+        optimiser step; returns the mini-batch loss. ``weights``: each sample's ``c_i``
+        (:func:`~legorl.training.gspo.sample_weights`). ``fidelity``: append the (pre-update)
         logprobs of the sampled tokens there, in ``mb`` order."""
         self.optimizer.zero_grad(set_to_none=True)
-        total_samples = len(mb)
-        total_tokens = sum(s.num_sampled for s in mb)
+        total_weight = sum(weights)
         loss_value = 0.0
         fid: list[torch.Tensor] = [torch.empty(0)] * len(mb)
         # this rank's share (all of it in one process); FSDP averages gradients over ranks, the
@@ -420,9 +461,8 @@ class Trainer:
                 stats.clipped_high.append(out.clipped_high)
                 stats.tis.append(out.tis_weight)
                 stats.kl.append(out.kl)
-            part_loss = aggregate_losses(
-                losses, [s.num_sampled for s in rows], self.loss_cfg.aggregation, total_samples, total_tokens
-            )
+                _count_importance(stats, out.importance)
+            part_loss = aggregate_losses(losses, [weights[i] for i in part], total_weight)
             # a recomputed layer replays its own saved forward
             torch.autograd.backward(part_loss * scale if scale != 1.0 else part_loss)
             loss_value += float(part_loss.detach())
@@ -464,9 +504,29 @@ def _merge_ranks(stats: _StepStats) -> _StepStats:
     for share in shares:
         for name in ("ratios", "clipped_low", "clipped_high", "tis", "kl"):
             getattr(merged, name).extend(getattr(share, name))
-        for name in ("forward_passes", "fed_tokens", "pad_tokens", "sample_tokens"):
+        for name in (
+            "forward_passes",
+            "fed_tokens",
+            "pad_tokens",
+            "sample_tokens",
+            "is_units",
+            "is_clipped",
+            "is_masked",
+            "is_raw_sum",
+            "is_raw_sq_sum",
+        ):
             setattr(merged, name, getattr(merged, name) + getattr(share, name))
     return merged
+
+
+def _count_importance(stats: _StepStats, iw: ImportanceWeights | None) -> None:
+    if iw is None:
+        return
+    stats.is_units += iw.units
+    stats.is_clipped += iw.clipped
+    stats.is_masked += iw.masked
+    stats.is_raw_sum += iw.raw_sum
+    stats.is_raw_sq_sum += iw.raw_sq_sum
 
 
 def _count_tokens(stats: _StepStats, lengths: Sequence[int], prefix_len: int | None, packing: bool) -> None:
