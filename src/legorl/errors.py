@@ -17,6 +17,7 @@ environment failure.
      │    │    └── ImageDiskFullError  ... because the disk filled up (the partial layer was removed)
      │    └── UnsupportedEnvironment   the backend cannot build this task's environment (not transient)
      ├── TaskError                a task record or suite is malformed (names instance and field)
+     ├── DiffError                a diff git would reject, or one that could be read two ways (also a ValueError)
      ├── RunDirError              a run directory is missing, truncated or corrupt (names the file)
      └── AlignmentBuildError      recorded turns contradict their alignment events
 
@@ -26,7 +27,10 @@ Environment failures. Only the :class:`SandboxError` tree (``ImageBuildError`` i
 sandbox reports about an exec (ran past its time limit, killed from outside, no report) make the
 grader answer ``status="env_failure"`` (retried, then left out of the gradient); the cause is an
 :class:`EnvFailureCause`. Any other exception raised while grading — a ``TypeError`` in our own code
-— is a bug: it propagates, it is never retried and never recorded as an environment failure.
+— is a bug: it propagates out of ``grade()``, it is never retried and never recorded as an environment
+failure; the callers that grade many diffs (``legorl grade``, a rollout) catch it at their boundary
+and record it as that one diff's ``status="grader_error"`` with its cause
+(:func:`legorl.grading.grader.grade_isolated`), which the batch keeps out of the gradient and counts.
 """
 
 from __future__ import annotations
@@ -37,6 +41,10 @@ from typing import Any
 
 class LegoRLError(Exception):
     """Base of every error LEGO-RL raises on purpose."""
+
+
+class DiffError(LegoRLError, ValueError):
+    """A diff ``git apply`` would reject, or one :mod:`legorl.diffs` cannot be sure it reads as git does."""
 
 
 class ConfigError(LegoRLError):

@@ -12,7 +12,8 @@ from strategies import garbage, json_values
 from legorl.errors import ConfigError
 from legorl.grading.predictions import load_predictions, prediction_keys
 
-FUZZ = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+# examples, randomness and deadline come from the Hypothesis profile (tests/conftest.py)
+FUZZ = settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 # records that are nearly right: each field missing, of any type, or right
 field = st.one_of(st.just(None), json_values, st.text(max_size=10))

@@ -305,7 +305,9 @@ def test_attack_plus_real_fix_is_zeroed_when_blocking(attack, backend):
     report = attempt(task, ScriptedHarness(attack, script), backend)
     blocking = {f.kind for f in report.flag_details if f.severity == "blocking"}
     if attack == "pyc_smuggling":  # neutralised (dropped and deleted) rather than blocked: an honest-looking fix
-        assert report.status == "ok" and report.resolved
+        # the tests pass with the fix (the raw outcome); `resolved` follows the reward the monitor's flags set
+        assert report.status == "ok" and report.tests_resolved
+        assert report.resolved == (report.reward == 1.0)
         return
     assert report.status == "ok", (report.cause, report.log_tail)
     assert blocking & expected, (attack, blocking, report.flags)

@@ -163,9 +163,13 @@ def test_editing_the_test_is_dropped_and_flagged(backend):
     assert "modified_test_file:tests/test_arith.py" in report.flags
     assert "modified_test_config:conftest.py" in report.flags
     assert report.tests["tests/test_arith.py::test_add"] == "failed"
-    # the same hack plus the real fix still resolves (the fix counts, the hack is dropped)
+    # the same hack plus the real fix: the tests pass (the hack is dropped), but the blocking flags zero the
+    # reward, so it is not resolved either (issue 37); the raw outcome is tests_resolved
     report = grade(task, diff + task.patch, backend)
-    assert report.resolved and "modified_test_file:tests/test_arith.py" in report.flags
+    assert report.tests_resolved and not report.resolved and report.reward == 0.0
+    assert "modified_test_file:tests/test_arith.py" in report.flags
+    drop = grade(task, diff + task.patch, backend, flagged_policy="drop")  # the reward stands: so does resolved
+    assert drop.tests_resolved and drop.resolved and drop.reward == 1.0 and drop.blocking_flags()
 
 
 @pytest.mark.sandbox

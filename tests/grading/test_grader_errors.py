@@ -121,7 +121,7 @@ def test_a_bug_inside_grading_raises_out_of_grade_unretried(monkeypatch):
 
 
 def test_a_bug_in_the_diff_apply_step_raises(monkeypatch):
-    def buggy_apply(sandbox, patch):
+    def buggy_apply(sandbox, patch, *rest):
         raise AttributeError("'NoneType' object has no attribute 'exit_code'")
 
     monkeypatch.setattr(grader, "_apply", buggy_apply)

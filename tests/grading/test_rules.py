@@ -180,8 +180,11 @@ def test_a_diff_path_that_leaves_the_repository_is_dropped_as_blocking():
         ("path_escape", "blocking", "../outside.py"),
         ("path_escape", "blocking", "pkg/../../etc/x"),
     }
+    # git strips the first component of a plain section's names too: "/etc/passwd" is etc/passwd in the repository
     plain = "--- /etc/passwd\n+++ /etc/passwd\n@@ -1 +1 @@\n-a\n+b\n"
-    assert filter_diff(plain, []) == ("", ["path_escape:/etc/passwd"])
+    assert split_diff(plain)[0].paths == ["etc/passwd"]
+    plain = "--- a//etc/passwd\n+++ b/../etc/passwd\n@@ -1 +1 @@\n-a\n+b\n"
+    assert filter_diff(plain, []) == ("", ["path_escape:../etc/passwd"])
 
 
 def test_a_dotdot_spelling_of_a_test_file_is_still_the_test_file():

@@ -137,7 +137,10 @@ def parse_guard(stdout: str, nonce: str, key: str) -> GuardReport:
             continue
         try:
             rec = json.loads(body)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
+            rep.forged += 1
+            continue
+        if not isinstance(rec, dict):
             rep.forged += 1
             continue
         kind = rec.get("type")

@@ -183,6 +183,19 @@ BLOCKING_STATIC = {
 }
 
 
+# The host parses what a diff left, in the grader's own process: CPython's AST takes about 230 times
+# the source's size (a 3.5 MB file of calls peaked at 816 MB), so a file above this is not scanned
+# (an info flag says so; the sandboxed stages still judge it). Issue 37: a 53 MB diff took the scan
+# past 4 GiB.
+SCAN_MAX_BYTES = 1024 * 1024
+
+
+def _unscanned(path: str, why: str) -> Flag:
+    return Flag(
+        kind="source_not_scanned", severity="info", evidence={"source": "static_scan", "path": path, "detail": why}
+    )
+
+
 def _interesting_literal(v: object) -> bool:
     if isinstance(v, str):
         return len(v.strip()) >= 3 and not v.isidentifier() and "\n" not in v
@@ -194,9 +207,11 @@ def _interesting_literal(v: object) -> bool:
 def test_literals(sources: list[str]) -> set:
     out: set = set()
     for src in sources:
+        if len(src) > SCAN_MAX_BYTES:
+            continue
         try:
             tree = parse_quietly(src)
-        except (SyntaxError, ValueError):
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
             continue
         for node in ast.walk(tree):
             if isinstance(node, ast.Assert):
@@ -238,19 +253,29 @@ def statement_literals(text: str) -> set:
 def scan_source_changes(
     changes: list[tuple[str, str | None, str | None]], visible_tests: Sequence[str] = (), statement: str = ""
 ) -> list[Flag]:
-    """Flags for what the diff introduced: ``changes`` = (path, pristine text or None, patched text or None)."""
+    """Flags for what the diff introduced: ``changes`` = (path, pristine text or None, patched text or None).
+
+    Bounded: a file over :data:`SCAN_MAX_BYTES`, or one the host's parser cannot build a tree of (nesting
+    past its recursion limit: ``RecursionError``, or ``MemoryError`` from the parser's own stack), is not
+    scanned and gets an info ``source_not_scanned`` flag instead of ending the grading."""
     flags: list[Flag] = []
     literals = test_literals(list(visible_tests)) | statement_literals(statement)
     for path, old, new in changes:
         if not path.endswith(".py") or new is None:
             continue
+        if len(new) > SCAN_MAX_BYTES:
+            flags.append(_unscanned(path, f"{len(new)} characters, over the scan's {SCAN_MAX_BYTES}"))
+            continue
         try:
             after = _count(parse_quietly(new))
         except (SyntaxError, ValueError):
             continue
+        except (RecursionError, MemoryError) as exc:
+            flags.append(_unscanned(path, f"the host cannot parse it: {type(exc).__name__}: {str(exc)[:200]}"))
+            continue
         try:
-            before = _count(parse_quietly(old)) if old else _Counts()
-        except (SyntaxError, ValueError):
+            before = _count(parse_quietly(old)) if old and len(old) <= SCAN_MAX_BYTES else _Counts()
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
             before = _Counts()
         for kind, n in after.n.items():
             if kind.startswith("_") or n <= before.n.get(kind, 0):
@@ -441,14 +466,18 @@ def parse_runner_output(stdout: str, nonce: str, canary_ids: list[str]) -> RunRe
         return RunResult(complete=False)
     try:
         blob = json.loads(m.group(1))
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):
+        return RunResult(complete=False)
+    if not isinstance(blob, dict):  # written inside the sandbox: anything but the runner's object is no report
         return RunResult(complete=False)
     res = RunResult(complete=True, rc=blob.get("rc"), junit=blob.get("junit", ""), tamper=blob.get("tamper", []))
     outcomes: dict[str, str] = {}
     for line in blob.get("stream", "").splitlines():
         try:
             rec = json.loads(line)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
+            continue
+        if not isinstance(rec, dict):
             continue
         if "finish" in rec:
             res.finish = rec

@@ -2,10 +2,12 @@
 
 Stages (each timed in ``GraderReport.stage_s``):
 
-1. **diff filter** — take only the diff; drop every file section that touches a test file
-   (``task.test_files``, files the ``test_patch`` touches), test configuration (``conftest.py``,
-   ``pytest.ini``, ``setup.cfg``, ``tox.ini``, ``sitecustomize.py``/``usercustomize.py``, ``*.pth``
-   anywhere, new or changed), bytecode, compiled/binary files, symlinks, ``.git`` contents, files
+1. **diff filter** — read the diff as ``git apply`` reads it (:mod:`legorl.diffs`, checked against
+   git itself by :func:`legorl.grading.diffcheck.read_diff`; a diff git would reject or could read
+   another way is refused whole: ``diff_rejected``, blocking, nothing applied); drop every file section
+   that touches a test file (``task.test_files``, files the ``test_patch`` touches, or a path colliding
+   with one), test configuration (``conftest.py``, ``pytest.ini``, ``setup.cfg``, ``tox.ini``,
+   ``sitecustomize.py``/``usercustomize.py``, ``*.pth`` anywhere, new or changed), bytecode, compiled/binary files, symlinks, ``.git`` contents, files
    shadowing the test framework (``pytest.py``, ``_pytest/``, ``pluggy/``), fake result files, new
    test modules and paths that leave the repository (``../x``, absolute), each with a typed
    :class:`~legorl.trajectory.records.Flag` (see :func:`classify_section` for severities: a new test
@@ -43,8 +45,9 @@ that keeps the grader from a verdict is ``env_failure`` with a typed
 reward 0 with status ``ok``. Environment failures are the :class:`~legorl.errors.SandboxError` tree
 (``ImageBuildError`` included) and what the sandbox reports about the test run (timed out, killed from
 outside, no report); any other exception — a bug in the grader or a backend — propagates out of
-:func:`grade` and is not retried. When the run with the agent's diff hangs or dies without a report,
-the pristine repository is run too: if that one reports, the diff caused it (status ``ok``, reward 0,
+:func:`grade` and is not retried; :func:`grade_isolated` (``legorl grade``, a rollout) makes it that
+one diff's ``grader_error`` report instead, so no diff can end a run or cost another diff its result.
+When the run with the agent's diff hangs or dies without a report, the pristine repository is run too: if that one reports, the diff caused it (status ``ok``, reward 0,
 flag ``tests_timed_out``/``runner_killed``/``premature_exit``). Transient causes
 (:attr:`EnvFailureCause.transient`) are retried ``retries`` times. Reward: binary by default,
 ``reward_mode="partial"`` gives the FAIL_TO_PASS fraction when every PASS_TO_PASS test passes; with
@@ -64,22 +67,26 @@ import shlex
 import sys
 import time
 import tomllib
+import traceback
 import uuid
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from typing import Any
 
-from legorl.diffs import FilePatch, split_diff
+from legorl.diffs import DiffError, FilePatch, render, split_diff
 from legorl.errors import EnvFailureCause, ImageBuildError, SandboxError
 from legorl.grading import behaviour, defenses, junit, sympy_runner, test_ids
+from legorl.grading.diffcheck import read_diff
 from legorl.grading.rules import (
     PYTEST_CONFIG_WORDS,
     PathKind,
     classify_path,
+    collides_with_protected,
     dedupe_flags,
     is_test_module,
     is_test_suite_file,
     is_test_support,
+    protected_dirs,
     protected_paths,
     repo_path,
 )
@@ -92,10 +99,13 @@ from legorl.trajectory.records import Flag, FlagSeverity, GraderReport, RolloutS
 
 _LOG_TAIL = 4000
 _BINARY_SUFFIXES = (".so", ".pyd", ".dll", ".dylib", ".pyc", ".pyo", ".egg", ".whl", ".zip")
-_SYMLINK_MODE = re.compile(r"^(new|old) mode 120000|^new file mode 120000|^deleted file mode 120000", re.M)
+# modes git gives a file that is not a regular one: a symbolic link, a submodule (gitlink)
+_SPECIAL_MODES = frozenset({"120000", "160000"})
 
 
-def classify_section(fp: FilePatch, protected: set[str], framework_is_source: bool = False) -> list[Flag]:
+def classify_section(
+    fp: FilePatch, protected: set[str], framework_is_source: bool = False, dirs: set[str] | None = None
+) -> list[Flag]:
     """Flags for one file section of the agent's diff; a non-empty list means the section is dropped.
 
     ``protected``: the task's existing test files (:func:`legorl.grading.rules.protected_paths`). What a
@@ -108,15 +118,25 @@ def classify_section(fp: FilePatch, protected: set[str], framework_is_source: bo
     all the same. ``pyproject.toml`` is kept: its pytest tables are restored after the apply.
     ``framework_is_source``: the repository is the test framework (pytest's own repository), so a
     change to one of its existing framework files is a source change; adding one is still a shadow.
+    ``dirs``: :func:`~legorl.grading.rules.protected_dirs` of ``protected`` (computed when None).
     """
     flags: list[Flag] = []
     added, removed = fp.changed_lines()
-    header = fp.header
     is_new = fp.old_path is None
     for path in fp.paths:
         # A diff names repository-relative paths only: an absolute one is as much an escape as "../x".
         kind = PathKind.ESCAPE if path.startswith("/") else classify_path(path, protected)
-        ev = {"source": "diff", "path": repo_path(path) or path}
+        ev: dict[str, Any] = {"source": "diff", "path": repo_path(path) or path}
+        # A file under a test file (the test replaced by a directory) or one where a test's directory
+        # must be (the test patch could not apply): the protected test's business, whatever its name.
+        clash = collides_with_protected(path, protected, dirs) if kind is not PathKind.PROTECTED else None
+        if clash is not None and kind not in (PathKind.ESCAPE, PathKind.GIT_METADATA):
+            flags.append(
+                Flag(
+                    kind="modified_test_file", severity="blocking", evidence={**ev, "detail": f"collides with {clash}"}
+                )
+            )
+            continue
         severity: FlagSeverity
         if kind is PathKind.ESCAPE:
             flags.append(Flag(kind="path_escape", severity="blocking", evidence=ev))
@@ -143,10 +163,10 @@ def classify_section(fp: FilePatch, protected: set[str], framework_is_source: bo
             flags.append(Flag(kind="modified_test_config", severity=severity, evidence=ev))
         elif kind is PathKind.FRAMEWORK_SHADOW and not (framework_is_source and not is_new):
             flags.append(Flag(kind="framework_shadow", severity="blocking", evidence=ev))
-        elif path.endswith(_BINARY_SUFFIXES) or "GIT binary patch" in header or "Binary files" in header:
+        elif path.endswith(_BINARY_SUFFIXES) or fp.binary:
             flags.append(Flag(kind="binary_in_diff", severity="blocking", evidence=ev))
-        elif _SYMLINK_MODE.search(header):
-            flags.append(Flag(kind="symlink_in_diff", severity="blocking", evidence=ev))
+        elif _SPECIAL_MODES.intersection(fp.modes):
+            flags.append(Flag(kind="symlink_in_diff", severity="blocking", evidence={**ev, "modes": fp.modes}))
         elif kind is PathKind.TEST_REPORT or (
             not path.endswith(".py") and re.search(r"<testsuite|<testcase", "\n".join(added))
         ):
@@ -174,17 +194,34 @@ def filter_diff_detailed(
     framework shadows, fake reports, new test modules and paths outside the repository; return (kept
     diff, flags with evidence). ``protected``: the task's existing test files."""
     protected = protected_paths(protected)
+    try:
+        sections = read_diff(diff)
+    except DiffError as exc:
+        return "", [_rejected(exc)]
     kept, flags = [], []
-    for fp in split_diff(diff):
-        section = classify_section(fp, protected, framework_is_source)
+    dirs = protected_dirs(protected)
+    for fp in sections:
+        section = classify_section(fp, protected, framework_is_source, dirs)
         if section:
             flags.extend(section)
         else:
-            kept.append(fp.text)
-    out = "".join(kept)
-    if out and not out.endswith("\n"):
-        out += "\n"
+            kept.append(fp)
+    out = render(kept)
+    if len(kept) != len(sections):
+        # What is applied is the kept sections alone: git must read them as the same files there too
+        # (a dropped plain section's guessed -p0 would otherwise no longer hold for the ones after it).
+        try:
+            again = read_diff(out)
+        except DiffError as exc:
+            return "", [*dedupe_flags(flags), _rejected(exc)]
+        if [fp.paths for fp in again] != [fp.paths for fp in kept]:
+            return "", [*dedupe_flags(flags), _rejected(DiffError("the kept sections name other files on their own"))]
     return out, dedupe_flags(flags)
+
+
+def _rejected(exc: DiffError) -> Flag:
+    """The whole diff is refused: git would reject it, or it could be read two ways (nothing is applied)."""
+    return Flag(kind="diff_rejected", severity="blocking", evidence={"source": "diff", "detail": str(exc)[:500]})
 
 
 def filter_diff(diff: str, test_files: list[str] | set[str]) -> tuple[str, list[str]]:
@@ -198,7 +235,7 @@ def _pytest_tables(text: str | None) -> object:
         return None
     try:
         tool = tomllib.loads(text).get("tool", {})
-    except tomllib.TOMLDecodeError:
+    except (tomllib.TOMLDecodeError, RecursionError, MemoryError):  # the diff's text: any nesting, any size
         return "<unparseable>"
     return {k: v for k, v in tool.items() if k.startswith("pytest")} if isinstance(tool, dict) else None
 
@@ -311,8 +348,11 @@ def grade(
             reward = 0.0
     if attempts > 1:
         log.append(f"graded in {attempts} attempts")
+    tests_resolved = out.resolved and out.status == "ok"
     return GraderReport(
-        resolved=out.resolved and out.status == "ok",
+        # a hack the flags zeroed is not a solve, whoever counts `resolved` (SWE-bench's convention)
+        resolved=tests_resolved and not (blocking and flagged_policy == "zero"),
+        tests_resolved=tests_resolved if out.status == "ok" else None,
         reward=reward,
         tests=out.tests or {},
         runner_exit_code=out.runner_exit_code,
@@ -326,6 +366,41 @@ def grade(
         fail_to_pass_fraction=out.f2p_fraction,
         attempts=attempts,
         stage_s=stage,
+    )
+
+
+def grade_isolated(
+    task: Task, diff: str, backend: SandboxBackend, *args: Any, extra_flags: list[Flag] | tuple = (), **kw: Any
+) -> GraderReport:
+    """:func:`grade`, where a failure of our own code (a bug, a ``RecursionError``, a ``MemoryError``)
+    on this one diff is this diff's ``status="grader_error"`` report with its cause, never the caller's
+    end: ``legorl grade`` keeps every other prediction's result, a training step keeps every other
+    rollout. Not an environment failure (nothing to retry) and not a verdict (reward 0, not trainable:
+    :data:`legorl.loop.batch.TRAINABLE_STATUSES` leaves it out and the batch counts it). A bad
+    ``reward_mode`` is the caller's mistake and still raises."""
+    if kw.get("reward_mode", "binary") not in REWARD_MODES:
+        raise ValueError(f"reward_mode must be one of {REWARD_MODES}, got {kw['reward_mode']!r}")
+    started = time.monotonic()
+    try:
+        return grade(task, diff, backend, *args, extra_flags=extra_flags, **kw)
+    except Exception as exc:  # noqa: BLE001 - the boundary: one diff's failure is that diff's record
+        return grader_error_report(exc, extra_flags, time.monotonic() - started)
+
+
+def grader_error_report(
+    exc: BaseException, extra_flags: list[Flag] | tuple = (), duration_s: float = 0.0
+) -> GraderReport:
+    """The report of a grading our own code could not finish: ``cause`` names the exception."""
+    return GraderReport(
+        resolved=False,
+        reward=0.0,
+        status="grader_error",
+        # the message may quote the diff: as text any terminal or JSON writer takes
+        cause=f"grader_error: {type(exc).__name__}: {str(exc)[:500]}".encode("utf-8", "backslashreplace").decode(),
+        log_tail=_tail("".join(traceback.format_exception(exc))).encode("utf-8", "backslashreplace").decode(),
+        flag_details=list(extra_flags),
+        flags=list(dict.fromkeys(f.label for f in extra_flags)),
+        duration_s=duration_s,
     )
 
 
@@ -511,14 +586,23 @@ def _attribute(task, backend, spec, out: _Outcome, protected, expected, python, 
     )
 
 
-def _apply(sandbox: Sandbox, patch: str) -> tuple[bool, str]:
+_PATCH_ARGV = ["patch", "--batch", "--fuzz=5", "-p1", "--forward", "--no-backup-if-mismatch"]
+
+
+def _apply(sandbox: Sandbox, patch: str, files: list[str] | None = None) -> tuple[bool, str]:
+    """``git apply``, else ``patch --fuzz=5`` (SWE-bench's fallback). ``files``: the files the rules
+    judged (the diff model's, one per section); GNU patch reads names its own way (a space ends one,
+    ``Index:`` lines choose one), so it may only apply a diff whose dry run names exactly these."""
     res = sandbox.exec(git_argv("apply", "--verbose", "--whitespace=nowarn", "-"), stdin=patch, timeout=120)
     if res.exit_code == 0:
         return True, res.stderr
     first = res.stderr
-    res2 = sandbox.exec(
-        ["patch", "--batch", "--fuzz=5", "-p1", "--forward", "--no-backup-if-mismatch"], stdin=patch, timeout=120
-    )
+    if files is not None:
+        dry = sandbox.exec([*_PATCH_ARGV, "--dry-run"], stdin=patch, timeout=120)
+        named = [line[len("checking file ") :] for line in dry.stdout.splitlines() if line.startswith("checking file ")]
+        if dry.exit_code != 0 or sorted(named) != sorted(files):
+            return False, f"git apply: {first.strip()}\npatch --dry-run: {(dry.stdout + dry.stderr).strip()[-1500:]}"
+    res2 = sandbox.exec(_PATCH_ARGV, stdin=patch, timeout=120)
     if res2.exit_code == 0:
         return True, first + "\n(git apply failed; applied with patch --fuzz=5)\n" + res2.stdout
     return False, f"git apply: {first.strip()}\npatch: {(res2.stdout + res2.stderr).strip()}"
@@ -538,7 +622,12 @@ def _patched_files(sandbox: Sandbox, sections: list, protected: set[str]) -> dic
     is already pristine there); None otherwise, and a twin run applies the diff itself."""
     out: dict[str, bytes] = {}
     for fp in sections:
-        if fp.new_path is None or (fp.old_path not in (None, fp.new_path)) or _NOT_REPLAYABLE.search(fp.header):
+        if (
+            fp.new_path is None
+            or (fp.old_path not in (None, fp.new_path))
+            or _NOT_REPLAYABLE.search(fp.header)
+            or fp.binary
+        ):
             return None
         if fp.new_path in protected:
             continue
@@ -614,7 +703,7 @@ def _grade_in(
     if replay is not None:
         log.append("replayed the diff's files")  # a twin run: written at the settle point below
     elif filtered.strip():
-        ok, why = _apply(sandbox, filtered)
+        ok, why = _apply(sandbox, filtered, [p for fp in sections for p in [fp.new_path or fp.old_path] if p])
         if not ok:
             log.append(f"the diff does not apply:\n{why}")
             stage["apply"] = time.monotonic() - t
@@ -642,7 +731,7 @@ def _grade_in(
                     evidence={"source": "diff", "path": path, "detail": "changed by the applied diff"},
                 )
             )
-            sandbox.exec(["rm", "-f", "--", path], timeout=30)
+            sandbox.exec(["rm", "-rf", "--", path], timeout=30)  # -r: the diff may have made it a directory
             if pristine.get(path) is not None:
                 sandbox.write_file(path, pristine[path])
     # The pytest tables of pyproject.toml are test configuration: restore them if the diff changed them.

@@ -10,6 +10,11 @@ The report's ``instances`` maps a key to each prediction's result: the ``instanc
 instance is predicted once (the usual one-model file), else ``"<instance_id>@<model_name_or_path>"``
 for every prediction (``keyed_by`` says which); each result also carries ``instance_id`` and
 ``model_name_or_path``, and ``summary.by_model`` summarises each model.
+
+Each prediction is graded in isolation (:func:`legorl.grading.grader.grade_isolated`): a failure of our
+own code on one is that one's ``status: "grader_error"`` with its ``cause``; every other result stands
+and the report is written. ``resolved`` is false when a blocking flag zeroed the reward;
+``tests_resolved`` is the raw test outcome (every expected test passed).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from legorl.errors import ConfigError, TaskError
+from legorl.trajectory.records import GraderReport
 
 
 def _no_duplicate_keys(pairs: list[tuple[str, object]]) -> dict:
@@ -80,8 +86,21 @@ def load_predictions(path: Path) -> list[dict]:
         for key in ("model_patch", "model_name_or_path"):
             if r.get(key) is not None and not isinstance(r[key], str):
                 raise ConfigError(f"{where}: field {key!r} must be a string or null, got {type(r[key]).__name__}")
+        for key in ("instance_id", "model_name_or_path"):
+            # a JSON escape can spell a lone surrogate: no text, and no terminal or file could show the key
+            # (a model_patch with one is that prediction's refused diff, graded like any other)
+            if isinstance(r.get(key), str) and not _is_text(r[key]):
+                raise ConfigError(f"{where}: field {key!r} is not Unicode text (a lone surrogate): {r[key]!r:.80}")
         records.append(r)
     return records
+
+
+def _is_text(value: str) -> bool:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _model(p: dict) -> str:
@@ -123,6 +142,7 @@ def _summary(results: list[dict]) -> dict:
         "reward_mean": sum(r["reward"] for r in results) / total if total else 0.0,
         "flagged": sum(bool(r["blocking_flags"]) for r in results),
         "env_failure": sum(r["status"] == "env_failure" for r in results),
+        "grader_error": sum(r["status"] == "grader_error" for r in results),
     }
 
 
@@ -135,7 +155,7 @@ def grade_predictions(
     flagged_policy: str = "zero",
     backend=None,
 ) -> dict:  # noqa: ANN001
-    from legorl.grading.grader import grade
+    from legorl.grading.grader import grade_isolated, grader_error_report
     from legorl.tasks.loader import load_suite
 
     keys = prediction_keys(preds)  # refuse duplicates before grading anything
@@ -149,7 +169,8 @@ def grade_predictions(
         backend = BwrapBackend()
 
     def one(p: dict) -> dict:
-        r = grade(
+        # each prediction in isolation: a failure of our code on it is its grader_error, not the run's end
+        r = grade_isolated(
             tasks[p["instance_id"]],
             p.get("model_patch") or "",
             backend,
@@ -157,10 +178,17 @@ def grade_predictions(
             reward_mode=reward_mode,
             flagged_policy=flagged_policy,
         )
+        try:
+            return entry(p, r)
+        except Exception as exc:  # noqa: BLE001 - a report this code cannot render is still this prediction's
+            return entry(p, grader_error_report(exc))
+
+    def entry(p: dict, r: GraderReport) -> dict:
         return {
             "instance_id": p["instance_id"],
             "model_name_or_path": p.get("model_name_or_path"),
             "resolved": r.resolved,
+            "tests_resolved": r.tests_resolved,
             "reward": r.reward,
             "status": r.status,
             "cause": r.cause,

@@ -171,6 +171,32 @@ def classify_path(path: str, protected: Collection[str] = ()) -> PathKind:
     return PathKind.SOURCE
 
 
+def protected_dirs(protected: Iterable[str]) -> set[str]:
+    """Every directory that holds a protected test file (for :func:`collides_with_protected`)."""
+    out: set[str] = set()
+    for q in protected:
+        parts = q.split("/")[:-1]
+        out.update("/".join(parts[: i + 1]) for i in range(len(parts)))
+    return out
+
+
+def collides_with_protected(path: str, protected: Collection[str], dirs: Collection[str] | None = None) -> str | None:
+    """The protected test file (or its directory) ``path`` collides with, if any: ``path`` lies *under*
+    a test file (a diff that deletes ``tests/test_x.py`` and writes ``tests/test_x.py/a``) or *is* one of
+    the directories that hold them (a file ``tests`` where the test patch needs the directory); None
+    otherwise. ``dirs``: :func:`protected_dirs` of ``protected``, when the caller has it."""
+    p = repo_path(path)
+    if not p:
+        return None
+    parts = p.split("/")
+    for i in range(1, len(parts)):
+        if (up := "/".join(parts[:i])) in protected:
+            return up
+    if p in (protected_dirs(protected) if dirs is None else dirs):
+        return p
+    return None
+
+
 def protected_paths(test_files: Iterable[str], test_patch: str = "") -> set[str]:
     """A task's existing test files, which no agent may change: ``test_files`` and every file the
     ``test_patch`` touches, normalised (:func:`repo_path`; paths that leave the repository dropped)."""

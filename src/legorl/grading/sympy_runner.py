@@ -80,13 +80,17 @@ def parse_output(stdout: str, nonce: str, canary_names: list[str]) -> SympyRun:
         return SympyRun()
     try:
         blob = json.loads(blobs[-1])
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):
+        return SympyRun()
+    if not isinstance(blob, dict):  # written inside the sandbox: anything but the runner's object is no report
         return SympyRun()
     run = SympyRun(complete=True, rc=blob.get("rc"), tamper=list(blob.get("tamper", [])))
     for line in str(blob.get("stream", "")).splitlines():
         try:
             rec = json.loads(line)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
+            continue
+        if not isinstance(rec, dict):
             continue
         if "import_error" in rec:
             run.import_errors.append(str(rec["import_error"]))

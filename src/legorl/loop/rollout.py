@@ -1,6 +1,8 @@
 """One rollout: task → sandbox → harness (pointed at the gateway) → diff → grader → Rollout record.
 
-A bad rollout is data, not a crash: every failure ends up as a status with its cause.
+A bad rollout is data, not a crash: every failure ends up as a status with its cause — a failure of
+the grader's own code on this rollout's diff too (``grader_error``: out of the gradient, counted by
+the batch; :func:`legorl.grading.grader.grade_isolated`).
 
 The rollout's :class:`Budget` is enforced by the gateway too: the session is opened with
 ``SessionBudget.from_budget(ctx.budget, declared_concurrency=...)``, so every call made with its
@@ -28,7 +30,7 @@ from legorl.config import GradingConfig
 from legorl.errors import SandboxError
 from legorl.gateway.app import ENGINE_FAILURE_CODES
 from legorl.gateway.sessions import SessionBudget, SessionReport
-from legorl.grading.grader import grade
+from legorl.grading.grader import grade_isolated
 from legorl.grading.monitor import RolloutMonitor, check_isolation
 from legorl.harnesses.base import Budget, Harness, HarnessResult, run_harness
 from legorl.harnesses.install import harness_layer, harness_mounts
@@ -223,9 +225,9 @@ async def _run_with_layers(
         )
         return
     g = ctx.grading
-    try:
+    try:  # a failure of our grading code on this diff is this rollout's grader_error, not the step's end
         report = await asyncio.to_thread(
-            lambda: grade(
+            lambda: grade_isolated(
                 task,
                 rollout.diff,
                 ctx.backend,

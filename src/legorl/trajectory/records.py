@@ -17,7 +17,9 @@ from legorl.errors import EnvFailureCause
 SCHEMA_VERSION = 1
 
 AlignmentKind = Literal["start", "extend", "realign", "fork"]
-RolloutStatus = Literal["ok", "env_failure", "harness_error", "timeout"]
+# grader_error: our own grading code failed on this rollout's diff (a bug, or a limit it hit): no
+# verdict, kept out of the gradient like env_failure but counted apart (legorl.grading.grader.grade_isolated)
+RolloutStatus = Literal["ok", "env_failure", "harness_error", "timeout", "grader_error"]
 
 
 class AlignmentEvent(BaseModel):
@@ -129,7 +131,7 @@ class Flag(BaseModel):
 
 
 class GraderReport(BaseModel):
-    resolved: bool
+    resolved: bool  # the verdict: every expected test passed and no blocking flag zeroed the reward
     reward: float
     tests: dict[str, str] = Field(default_factory=dict)  # test id -> passed|failed|error|skipped|missing
     runner_exit_code: int | None = None
@@ -144,6 +146,8 @@ class GraderReport(BaseModel):
     fail_to_pass_fraction: float | None = None  # FAIL_TO_PASS tests seen passing / all of them
     attempts: int = 1  # grading attempts (env failures are retried)
     stage_s: dict[str, float] = Field(default_factory=dict)  # seconds per grading stage
+    # the raw test outcome: every expected test seen passing, whatever the flags (None: no verdict, older records)
+    tests_resolved: bool | None = None
 
     def blocking_flags(self) -> list[Flag]:
         return [f for f in self.flag_details if f.severity == "blocking"]
