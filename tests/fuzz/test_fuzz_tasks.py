@@ -14,7 +14,8 @@ from legorl.errors import TaskError
 from legorl.tasks.loader import BASES_DIR, BUILTIN_SUITES_DIR, load_suite
 from legorl.tasks.model import Task
 
-FUZZ = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+# examples, randomness and deadline come from the Hypothesis profile (tests/conftest.py)
+FUZZ = settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
 GOOD = json.loads((BUILTIN_SUITES_DIR / "trivial" / "legorl__trivial-001" / "task.json").read_text())
 GOOD["base_dir"] = str((BASES_DIR / "calc").resolve())
 FIELDS = sorted(set(GOOD) | {"source_dir", "version", "environment_setup_commit"})

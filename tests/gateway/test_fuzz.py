@@ -129,10 +129,8 @@ def check_request(h: InProcessGateway, dialect: str, body: dict[str, Any]) -> No
 
 
 def run_fuzz(h: InProcessGateway, dialect: str) -> None:
-    @settings(
+    @settings(  # randomness and deadline: the Hypothesis profile (tests/conftest.py)
         max_examples=EXAMPLES,
-        deadline=None,
-        database=None,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
     )
     @given(STRATEGIES[dialect]())
@@ -151,6 +149,7 @@ def run_fuzz(h: InProcessGateway, dialect: str) -> None:
         check_success(dialect, stream, r)
 
 
+@pytest.mark.hypothesis  # its @given is inside: the marker makes `make fuzz` (-m hypothesis) select it
 @pytest.mark.parametrize("dialect", list(PATHS))
 def test_fuzz_dialect(harness, dialect):
     run_fuzz(harness, dialect)

@@ -41,13 +41,10 @@ from legorl.trajectory.builder import build_samples
 EOS, IM_START, IM_END = 0, 1, 2
 SECOND_REPLY = "ok"
 N_EXAMPLES = int(os.environ.get("RT_N", "300"))  # per test; RT_N=3000 for a deeper local search
-# derandomize: the same examples on every run (CI must not be flaky); deadline off: the first
-# example pays for warm-up and a loaded CI machine can be slow.
+# Derandomized (the same examples on every run) with no deadline by the Hypothesis profile
+# (tests/conftest.py); `make fuzz` draws fresh ones.
 SETTINGS = settings(
     max_examples=N_EXAMPLES,
-    derandomize=True,
-    deadline=None,
-    database=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 
@@ -603,13 +600,7 @@ def test_responses_echo_extends(inproc, vocab, data, mode_a, mode_b, tools):
 # ----------------------------------------------------------------------------- characterisation
 
 
-@settings(
-    max_examples=N_EXAMPLES,
-    derandomize=True,
-    deadline=None,
-    database=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture],
-)
+@settings(max_examples=N_EXAMPLES, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_text_roundtrip_characterisation(vocab, data):
     """Re-encoding the text a client received gives back the sampled *bytes* exactly when those

@@ -393,9 +393,7 @@ def _reserialize(msgs: list[dict], how: str) -> list[dict]:
     return out
 
 
-@settings(
-    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
-)
+@settings(max_examples=30, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(first=_text, steps=st.lists(st.tuples(_op, _text, _output, _spell), min_size=1, max_size=7))
 def test_property_extend_realign_fork_keep_every_sampled_token(r, first, steps):
     sim = Sim(r)

@@ -216,6 +216,7 @@ class _Call:
     raw_request: dict[str, Any] | None
     context_param: str
     t0: float
+    raw_body: bytes | None = None  # the body as received: a failed call's Turn keeps at most a prefix
 
 
 class Gateway:
@@ -240,6 +241,9 @@ class Gateway:
         self.renderer = renderer
         self.sessions = sessions if sessions is not None else SessionRegistry()
         self.store = store
+        if store is not None and hasattr(store, "taken_session_ids"):
+            # a resumed run (or a second gateway) writes to a store with sessions in it already
+            self.sessions.reserve(store.taken_session_ids())
         self.model_name = model_name or engine.model_name
         self.default_max_tokens = default_max_tokens
         self.generate_timeout_s = generate_timeout_s
@@ -278,9 +282,13 @@ class Gateway:
         return self.session(token).turns_sorted()
 
     def close_session(self, token: str) -> list[Turn]:
-        """Close a session (its token stops working); returns its Turns."""
+        """Close a session (its token stops working, its Responses conversations are dropped: a
+        ``previous_response_id`` of it is then unknown); returns its Turns."""
         s = self.sessions.close(token)
-        return s.turns_sorted() if s is not None else []
+        if s is None:
+            return []
+        self.responses.forget_session(s.session_id)
+        return s.turns_sorted()
 
     # -- dialect-independent core ------------------------------------------------------------
     def _sampling(
@@ -332,10 +340,21 @@ class Gateway:
             log.exception("could not record %s turn", what)
 
     async def record_rejected(
-        self, session: Session, thread_id: str, dialect: str, request: Any, err: GatewayError
+        self,
+        session: Session,
+        thread_id: str,
+        dialect: str,
+        request: dict[str, Any] | None,
+        err: GatewayError,
+        raw: bytes | None = None,
     ) -> None:
         """A request of a known session that never reached the engine (bad body): a failed Turn
-        (``finish_reason="error"``, segment -1: never a training sample)."""
+        (``finish_reason="error"``, segment -1: never a training sample) keeping at most
+        :data:`~legorl.gateway.sessions.FAILED_BODY_CAP` bytes of the body (``raw``: as received),
+        within the session's budget of kept bodies and records (:meth:`Session.keep_failed_body`)."""
+        session.note_rejected()
+        if not session.take_refusal_slot():
+            return
         ti = session.allocate_turn_index()
         turn = Turn(
             session_id=session.session_id,
@@ -349,7 +368,7 @@ class Gateway:
             weight_version=self.engine.weight_version,
             finish_reason="error",
             alignment=AlignmentEvent(turn_index=ti, kind="fork", reason="rejected before alignment", segment_index=-1),
-            request=request if isinstance(request, dict) else {"raw": str(request)[:2000]},
+            request=session.keep_failed_body(request, raw),
             response=err.body(),
             failed=True,
             error=err.message,
@@ -373,13 +392,21 @@ class Gateway:
         make_response: Callable[[Completion], dict[str, Any]] | None = None,
         context_param: str = "messages",
         feed: TokenFeed | None = None,
+        raw_body: bytes | None = None,
     ) -> Completion:
         """Check the session's budget, align, generate, parse and record one call.
         ``make_response(completion) -> dict`` builds the wire response, which is stored in the Turn
         before this returns. ``feed``: receives the sampled token ids while they are generated (when
         the engine streams). Raises GatewayError (:class:`BudgetRefusal` when the budget says no)."""
         call = _Call(
-            session, thread_id, session.allocate_turn_index(), dialect, raw_request, context_param, time.perf_counter()
+            session,
+            thread_id,
+            session.allocate_turn_index(),
+            dialect,
+            raw_request,
+            context_param,
+            time.perf_counter(),
+            raw_body,
         )
         try:
             ticket = session.admit(call.turn_index)
@@ -444,7 +471,7 @@ class Gateway:
             alignment=AlignmentEvent(
                 turn_index=ti, kind="fork", reason=f"refused by the session budget: {refusal.reason}", segment_index=-1
             ),
-            request=call.raw_request or {},
+            request=session.keep_failed_body(call.raw_request, call.raw_body),
             response=refusal.body(),
             failed=True,
             error=f"{refusal.code}: {refusal.message}",
@@ -620,7 +647,7 @@ class Gateway:
             alignment=event,
             reused_prefix_len=alignment.reused_prefix_len if alignment else 0,
             timings=timings,
-            request=call.raw_request or {},
+            request=call.session.keep_failed_body(call.raw_request, call.raw_body),
             response=gerr.body() if gerr else {},
             failed=True,
             error=error,
@@ -641,18 +668,12 @@ class Gateway:
             body = parse_json_object(raw)
             call = dialect.parse(body, session.session_id)
         except GatewayError as err:
-            await self.record_rejected(
-                session,
-                thread_id,
-                dialect.name,
-                body if body is not None else raw[:2000].decode("utf-8", "replace"),
-                err,
-            )
+            await self.record_rejected(session, thread_id, dialect.name, body, err, raw)
             return dialect.error_response(err)
         except Exception as exc:  # noqa: BLE001 - a parser bug: recorded with its type, answered 500
             bug = gateway_error(exc, dialect.context_param)
             log.error("internal gateway error parsing a %s request", dialect.name, exc_info=exc)
-            await self.record_rejected(session, thread_id, dialect.name, body, bug)
+            await self.record_rejected(session, thread_id, dialect.name, body, bug, raw)
             return dialect.error_response(bug)
 
         def respond(c: Completion) -> dict[str, Any]:
@@ -677,6 +698,7 @@ class Gateway:
                     make_response=respond,
                     context_param=dialect.context_param,
                     feed=feed,
+                    raw_body=raw,
                 ),
             )
         )

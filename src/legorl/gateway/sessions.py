@@ -26,7 +26,10 @@ held so far + the messages it stands for) and an ``asyncio.Lock``: requests of o
 served one at a time so that every request is aligned against the thread's latest tokens.
 
 ``session_id`` (recorded in every Turn; never the token) is the rollout id, suffixed ``~N`` when
-that rollout id was opened before.
+that rollout id was opened before; unique: the registry never hands out an id it handed out before
+(a rollout id ``r~1`` opened before ``r`` twice included), nor one the run store already holds
+(:meth:`SessionRegistry.reserve`, called by the gateway with its store's ids), so two sessions never
+share turns, samples or Responses conversations.
 
 Budgets (:class:`SessionBudget`, given to ``open``; the rollout's
 :class:`~legorl.harnesses.base.Budget`) are enforced here, where every model call passes, whatever
@@ -55,6 +58,13 @@ in its own shape (Anthropic: ``permission_error`` / ``rate_limit_error``). The g
 every refused call as a failed Turn (``finish_reason="refused"``; never a training sample), the
 first :data:`REFUSALS_RECORDED` per session (later ones are only counted).
 
+Failed calls' bodies are kept bounded (:meth:`Session.keep_failed_body`): a rejected, refused or
+failed call's Turn keeps its request body whole only up to :data:`FAILED_BODY_CAP` bytes, else its
+first bytes and its original size; all of them together spend the session's
+:data:`FAILED_BODY_BUDGET` (then only sizes are kept), and rejected calls share the
+:data:`REFUSALS_RECORDED` records with budget refusals — a client sending huge bad bodies costs the
+gateway's memory and the run store a bounded amount per session.
+
 The session also notes what suggests calls that do not come from the harness's own client: the
 client identity (:data:`CLIENT_HEADERS`: User-Agent and SDK headers) of every request is compared
 with the session's first one, and concurrency above ``declared_concurrency`` is counted.
@@ -65,9 +75,10 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import secrets
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -97,7 +108,9 @@ def new_token() -> str:
 # --------------------------------------------------------------------------- budgets
 
 DEFAULT_MAX_CONCURRENT = 8
-REFUSALS_RECORDED = 256  # refused calls recorded as Turns per session; later ones are only counted
+REFUSALS_RECORDED = 256  # refused or rejected calls recorded as Turns per session; later ones only counted
+FAILED_BODY_CAP = 64 * 1024  # bytes of one failed call's request body kept in its Turn
+FAILED_BODY_BUDGET = 1024 * 1024  # bytes of failed calls' bodies kept per session, all together
 # Request headers that identify the client program (the SDK's own headers; retry counters and
 # timeouts, which change between calls of one client, are left out).
 CLIENT_HEADERS = ("user-agent", "x-stainless-lang", "x-stainless-package-version", "x-stainless-runtime", "x-app")
@@ -196,7 +209,10 @@ class SessionReport:
     over_declared_concurrency: int  # calls admitted while more than declared_concurrency were in flight
     client: dict[str, str] | None  # the identity headers of the session's first request
     other_clients: list[dict[str, Any]]  # [{"headers": {...}, "requests": n}, ...]
-    refusals_unrecorded: int = 0  # refused calls beyond REFUSALS_RECORDED (counted, not recorded)
+    refusals_unrecorded: int = 0  # refused/rejected calls beyond REFUSALS_RECORDED (counted, not recorded)
+    calls_rejected: int = 0  # requests refused for their body (never reached the engine)
+    failed_body_bytes: int = 0  # request bytes of the failed calls (rejected, refused, failed), as received
+    failed_body_bytes_kept: int = 0  # what their Turns keep of them (<= FAILED_BODY_BUDGET)
 
     @property
     def exhausted(self) -> bool:
@@ -316,6 +332,9 @@ class Session:
     first_refused_turn: int | None = None
     refusals_recorded: int = 0
     refusals_unrecorded: int = 0
+    calls_rejected: int = 0
+    failed_body_bytes: int = 0
+    failed_body_bytes_kept: int = 0
     # client identity: the first request's, and how many requests came from each other one
     client: tuple[tuple[str, str], ...] | None = None
     other_clients: dict[tuple[tuple[str, str], ...], int] = field(default_factory=dict)
@@ -446,6 +465,32 @@ class Session:
             self.refusals_unrecorded += 1
             return False
 
+    def keep_failed_body(self, request: dict[str, Any] | None, raw: bytes | None) -> dict[str, Any]:
+        """What a failed call's Turn keeps of its request: ``request`` whole when its body (``raw``, the
+        bytes as received; None: ``request`` serialised) is at most :data:`FAILED_BODY_CAP` bytes and
+        the session's :data:`FAILED_BODY_BUDGET` has room (``{"raw": <text>}`` for a body that is not a
+        JSON object), else ``{"truncated": true, "size_bytes": <as received>, "kept_bytes": k,
+        "body_prefix": <its first k bytes as text>}``."""
+        if raw is None:
+            if request is None:
+                return {}
+            raw = json.dumps(request, ensure_ascii=False, default=str).encode("utf-8", "surrogatepass")
+        size = len(raw)
+        with self._lock:
+            room = max(0, FAILED_BODY_BUDGET - self.failed_body_bytes_kept)
+            whole = size <= min(FAILED_BODY_CAP, room)
+            kept = size if whole else min(FAILED_BODY_CAP, room)
+            self.failed_body_bytes += size
+            self.failed_body_bytes_kept += kept
+        if whole:  # a body that is not a JSON object: the text the client sent
+            return request if request is not None else {"raw": raw.decode("utf-8", "replace")}
+        prefix = raw[:kept].decode("utf-8", "replace")  # a cut multi-byte character becomes U+FFFD
+        return {"truncated": True, "size_bytes": size, "kept_bytes": kept, "body_prefix": prefix}
+
+    def note_rejected(self) -> None:
+        with self._lock:
+            self.calls_rejected += 1
+
     def report(self) -> SessionReport:
         with self._lock:
             return SessionReport(
@@ -460,6 +505,9 @@ class Session:
                 client=dict(self.client) if self.client is not None else None,
                 other_clients=[{"headers": dict(k), "requests": n} for k, n in self.other_clients.items()],
                 refusals_unrecorded=self.refusals_unrecorded,
+                calls_rejected=self.calls_rejected,
+                failed_body_bytes=self.failed_body_bytes,
+                failed_body_bytes_kept=self.failed_body_bytes_kept,
             )
 
     def route(
@@ -545,7 +593,13 @@ class SessionRegistry:
     def __init__(self) -> None:
         self._by_token: dict[str, Session] = {}
         self._used_ids: dict[str, int] = {}
+        self._issued: set[str] = set()  # every session id handed out or reserved, closed ones included
         self._lock = threading.Lock()
+
+    def reserve(self, session_ids: Iterable[str]) -> None:
+        """Session ids this registry must never hand out (those a run store already holds)."""
+        with self._lock:
+            self._issued.update(session_ids)
 
     def open(
         self,
@@ -569,8 +623,12 @@ class SessionRegistry:
             if tok in self._by_token:
                 raise ValueError("token already in use")
             n = self._used_ids.get(rollout_id, 0)
-            self._used_ids[rollout_id] = n + 1
             sid = rollout_id if n == 0 else f"{rollout_id}~{n}"
+            while sid in self._issued:  # "r~1" may be a rollout id of its own, or in the store already
+                n += 1
+                sid = f"{rollout_id}~{n}"
+            self._used_ids[rollout_id] = n + 1
+            self._issued.add(sid)
             self._by_token[tok] = Session(
                 session_id=sid, rollout_id=rollout_id, token=tok, budget=budget or SessionBudget(), seed=seed
             )

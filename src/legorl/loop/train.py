@@ -59,6 +59,10 @@ async def train(
     either when a threshold with that action is crossed. ``progress`` sees each phase: held-out
     evaluations, every step's rollouts (one by one) and its training."""
     run_dir = Path(cfg.run_dir)
+    if resume:  # a damaged store is refused with its file named before anything is trained on it
+        from legorl.trajectory.store import open_run
+
+        open_run(run_dir, verify=True).close(compact=False)
     ckpt = latest_checkpoint(run_dir) if resume else None
     if resume and ckpt is None:
         raise ConfigError(f"{run_dir}: no complete checkpoint to resume from")

@@ -37,9 +37,10 @@ def ui(
         return
     if out is not None:
         raise typer.BadParameter("--out belongs to `legorl ui export RUN_DIR --out DIR`")
-    for d in run_dirs:
-        if not (Path(d) / "run.sqlite").exists():
-            raise ConfigError(f"{d} is not a LEGO-RL run directory (no run.sqlite)")
+    from legorl.trajectory.store import open_run
+
+    for d in run_dirs:  # the checked open, here too: --background would only show the error in its log
+        open_run(d).close(compact=False)
     if background:
         url, pid, log = _detached(
             ["ui", *run_dirs, "--port", str(port), *(["--token", token] if token else [])],
@@ -115,9 +116,7 @@ def status(
     """A terminal summary of a run: state, step, reward, alerts, throughput, ETA."""
     from legorl.observe.status import format_summary, run_summary
 
-    if not (run_dir / "run.sqlite").exists():
-        raise ConfigError(f"{run_dir} is not a LEGO-RL run directory (no run.sqlite)")
-    while True:
+    while True:  # run_summary opens the store through open_run: RunDirError naming a damaged file
         s = run_summary(run_dir)
         print(json.dumps(s.as_dict(), indent=2) if as_json else format_summary(s), flush=True)
         if watch <= 0 or s.state != "running":

@@ -37,6 +37,7 @@ processes may open the same run directory (SQLite locking, ``busy_timeout``). Ol
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -139,6 +140,35 @@ def _text(s: str | None) -> str | None:
     return s
 
 
+def _detail(exc: BaseException) -> str:
+    """One line, bounded: the message goes on a CLI error line."""
+    return f"{type(exc).__name__}: " + " ".join(str(exc).split())[:300]
+
+
+@functools.cache
+def _expected_columns() -> dict[str, frozenset[str]]:
+    """Table → columns, read from :data:`_SCHEMA` itself (so the check cannot drift from the schema)."""
+    m = sqlite3.connect(":memory:")
+    try:
+        m.executescript(_SCHEMA)
+        tables = [
+            r[0] for r in m.execute("SELECT name FROM sqlite_master WHERE type='table' AND name NOT LIKE 'sqlite_%'")
+        ]
+        return {t: frozenset(r[1] for r in m.execute(f"PRAGMA table_info({t})")) for t in tables}
+    finally:
+        m.close()
+
+
+def _check_schema(c: sqlite3.Connection, db: Path) -> None:
+    """A damaged schema page can still parse, as a table without the columns we need ("no such column"
+    deep inside a later read): refuse it at open."""
+    for table, cols in _expected_columns().items():
+        have = {r[1] for r in c.execute(f"PRAGMA table_info({table})")}
+        if not cols <= have:
+            missing = ", ".join(sorted(cols - have))
+            raise RunDirError(f"{db}: damaged schema: table {table} lacks column(s) {missing}")
+
+
 class RunStore:
     def __init__(self, run_dir: str | os.PathLike[str], *, fsync: bool = False, compact_every: int | None = 20000):
         self.run_dir = Path(run_dir)
@@ -154,9 +184,11 @@ class RunStore:
         self._cache_lock = threading.Lock()
         self._closed = False
         c = self._conn()
-        with self._write_lock:
-            c.executescript(_SCHEMA)
-        self._pending = c.execute("SELECT count(*) FROM turns WHERE tokens_file IS NULL").fetchone()[0]
+        with self._opening("not a readable SQLite database"):
+            with self._write_lock:
+                c.executescript(_SCHEMA)
+            _check_schema(c, self.db_path)
+            self._pending = c.execute("SELECT count(*) FROM turns WHERE tokens_file IS NULL").fetchone()[0]
         self._import_legacy()
 
     # -- connections ---------------------------------------------------------------------------
@@ -167,12 +199,57 @@ class RunStore:
     def _conn(self) -> sqlite3.Connection:
         c = getattr(self._local, "conn", None)
         if c is None:
-            c = sqlite3.connect(self.db_path, timeout=30.0, isolation_level=None)
-            c.execute("PRAGMA journal_mode=WAL")
-            c.execute(f"PRAGMA synchronous={'FULL' if self.fsync else 'NORMAL'}")
-            c.execute("PRAGMA busy_timeout=30000")
+            with self._opening("not a readable SQLite database"):
+                c = sqlite3.connect(self.db_path, timeout=30.0, isolation_level=None)
+                try:
+                    c.execute("PRAGMA journal_mode=WAL")
+                    c.execute(f"PRAGMA synchronous={'FULL' if self.fsync else 'NORMAL'}")
+                    c.execute("PRAGMA busy_timeout=30000")
+                except BaseException:
+                    c.close()
+                    raise
             self._local.conn = c
         return c
+
+    @contextmanager
+    def _opening(self, what: str) -> Iterator[None]:
+        """The one checked open: whatever a damaged ``run.sqlite`` makes SQLite (or the decoding of its
+        error text: a corrupt schema name gives ``UnicodeDecodeError``) raise while connecting, setting the
+        pragmas or reading the schema becomes :class:`RunDirError` naming the file."""
+        try:
+            yield
+        except RunDirError:
+            raise
+        except (sqlite3.Error, ValueError) as exc:
+            raise RunDirError(f"{self.db_path}: {what} ({_detail(exc)})") from None
+
+    def verify(self) -> None:
+        """Check the whole store before writing to it again (a resumed run): SQLite's ``quick_check`` of
+        every page of ``run.sqlite``, and every ``tokens/*.parquet`` file the index points at present with a
+        readable footer. :class:`RunDirError` naming the first damaged file. Reads the whole database:
+        seconds per GiB, so the cheap open (UI, status, export) does not do it."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        with self._opening("failed SQLite's integrity check"):
+            problems = [r[0] for r in self._conn().execute("PRAGMA quick_check(5)")]
+            files = [
+                r[0]
+                for r in self._conn().execute(
+                    "SELECT DISTINCT tokens_file FROM turns WHERE tokens_file IS NOT NULL UNION "
+                    "SELECT DISTINCT tokens_file FROM samples WHERE tokens_file IS NOT NULL"
+                )
+            ]
+        if problems != ["ok"]:
+            raise RunDirError(f"{self.db_path}: damaged: " + "; ".join(" ".join(str(p).split()) for p in problems))
+        for tfile in sorted(files):
+            path = self.run_dir / tfile
+            if not path.is_file():
+                raise RunDirError(f"{path}: missing: {self.db_path} keeps token arrays there")
+            try:
+                pq.read_metadata(path)
+            except (OSError, pa.ArrowException) as exc:
+                raise RunDirError(f"{path}: unreadable Parquet token file ({_detail(exc)})") from None
 
     def _write(self, fn) -> Any:
         c = self._conn()
@@ -337,6 +414,12 @@ class RunStore:
         with self._reading("the turn index"):
             return [dict(zip(cols, r)) for r in self._conn().execute(q, (session_id,) if session_id else ())]
 
+    def taken_session_ids(self) -> set[str]:
+        """Every session id the store holds (turns, rollouts, abandoned): a new session must not reuse one."""
+        q = "SELECT session_id FROM turns UNION SELECT session_id FROM rollouts UNION SELECT session_id FROM abandoned"
+        with self._reading("the session ids"):
+            return {r[0] for r in self._conn().execute(q) if r[0] is not None}
+
     def sessions(self, *, include_abandoned: bool = False) -> list[str]:
         live = "" if include_abandoned else f" WHERE {_LIVE}"
         with self._reading("the session ids"):
@@ -365,7 +448,8 @@ class RunStore:
             )
             return ids
 
-        return self._write(tx)
+        with self._reading("the sessions to abandon"):
+            return self._write(tx)
 
     def abandoned(self) -> dict[str, str]:
         """Abandoned session id → why."""
@@ -381,8 +465,7 @@ class RunStore:
         except RunDirError:
             raise
         except (sqlite3.DatabaseError, ValueError, KeyError, TypeError) as exc:  # ValueError: JSON, pydantic
-            detail = " ".join(str(exc).split())[:300]
-            raise RunDirError(f"{self.db_path}: cannot read {what}: {type(exc).__name__}: {detail}") from None
+            raise RunDirError(f"{self.db_path}: cannot read {what}: {_detail(exc)}") from None
 
     # -- rollouts / samples ----------------------------------------------------------------------
     def append_rollout(self, rollout: Rollout) -> None:
@@ -544,12 +627,13 @@ class RunStore:
             "resolved",
         )
         out = []
-        for r in self._conn().execute(q, (*args, limit, offset)):
-            d = dict(zip(cols, r))
-            d["flags"] = json.loads(d["flags"] or "[]")
-            d["flag_kinds"] = sorted(set(d["flag_kinds"].split(","))) if d["flag_kinds"] else []
-            d["resolved"] = bool(d["resolved"])
-            out.append(d)
+        with self._reading("the rollout index"):
+            for r in self._conn().execute(q, (*args, limit, offset)):
+                d = dict(zip(cols, r))
+                d["flags"] = json.loads(d["flags"] or "[]")
+                d["flag_kinds"] = sorted(set(d["flag_kinds"].split(","))) if d["flag_kinds"] else []
+                d["resolved"] = bool(d["resolved"])
+                out.append(d)
         return out
 
     def samples(self, rollout_id: str) -> list[Sample]:
@@ -704,9 +788,12 @@ class RunStore:
         log.info("imported legacy JSONL records from %s", self.run_dir)
 
 
-def open_run(run_dir: str | os.PathLike[str]) -> RunStore:
-    """Open an existing run directory for reading (and appending); :class:`RunDirError` naming the file when
-    it is not one, or its database is not a readable SQLite file."""
+def open_run(run_dir: str | os.PathLike[str], *, verify: bool = False) -> RunStore:
+    """Open an existing run directory for reading (and appending): the one checked open every reader goes
+    through (export, ``legorl ui``, ``legorl status``, ``legorl train --resume``). A missing, empty,
+    truncated or corrupt ``run.sqlite`` gives :class:`RunDirError` naming the file, never SQLite's own
+    exception. ``verify``: also :meth:`RunStore.verify` (every page, every token file), for a run about
+    to be written again."""
     p = Path(run_dir)
     db = p / DB_NAME
     if not db.exists() and not (p / "turns.jsonl").exists():
@@ -714,10 +801,14 @@ def open_run(run_dir: str | os.PathLike[str]) -> RunStore:
         raise RunDirError(f"{p} is not a LEGO-RL run directory: it {what}")
     if db.exists() and db.stat().st_size == 0 and not db.with_name(DB_NAME + "-wal").exists():
         raise RunDirError(f"{db}: empty file (0 bytes): the run recorded nothing, or the file was truncated")
-    try:
-        return RunStore(p, fsync=False)
-    except sqlite3.DatabaseError as exc:
-        raise RunDirError(f"{db}: not a readable SQLite database ({exc})") from None
+    store = RunStore(p, fsync=False)
+    if verify:
+        try:
+            store.verify()
+        except BaseException:
+            store.close(compact=False)
+            raise
+    return store
 
 
 __all__ = ["RunStore", "open_run", "AlignmentEvent"]

@@ -12,7 +12,8 @@ an empty one), ``function_call_output`` items (-> ``tool`` messages), ``reasonin
 produced (input messages without instructions + the output) for the last
 :data:`KEEP_RESPONSES` responses; a request naming one continues from it (the instructions of
 the earlier request are not carried over, as in OpenAI's API). Unknown ids -> 400
-``previous_response_not_found``.
+``previous_response_not_found``; a session's conversations are dropped when it closes
+(:meth:`OpenAIResponses.forget_session`), so its ids are unknown from then on.
 
 Stream events (``event:`` + ``data:`` lines, each with ``sequence_number``): ``response.created``,
 ``response.in_progress``, per output item ``response.output_item.added``, for a message
@@ -208,6 +209,12 @@ class OpenAIResponses(Dialect):
             d[rid] = messages
             while len(d) > KEEP_RESPONSES:
                 d.popitem(last=False)
+
+    def forget_session(self, session_id: str) -> None:
+        """Drop a closed session's conversations: its response ids are unknown from then on (and its
+        messages no longer held in memory)."""
+        with self._lock:
+            self._convs.pop(session_id, None)
 
     def parse(self, body: dict[str, Any], session_id: str) -> CoreCall:
         try:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
+import logging
 import secrets
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -22,11 +23,13 @@ from typing import Any
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import HTMLResponse, PlainTextResponse, Response, StreamingResponse
 
+from legorl.errors import RunDirError
 from legorl.observe.rundata import RunData
 from legorl.observe.ui.pages import STATIC, Links, Pages, parse_filters, store_filters
 
 COOKIE = "legorl_ui"
 EVENT_INTERVAL_S = 0.5
+log = logging.getLogger(__name__)
 _TYPES = {".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8"}
 
 
@@ -60,6 +63,11 @@ def create_app(runs: dict[str, RunData], token: str) -> FastAPI:
         if given is not None:
             response.set_cookie(COOKIE, token, httponly=True, samesite="strict")
         return response
+
+    @app.exception_handler(RunDirError)
+    async def damaged(request: Request, exc: RunDirError) -> PlainTextResponse:
+        # a run store damaged after the UI opened it: say which file, not a bare "Internal Server Error"
+        return PlainTextResponse(f"500: {exc}", status_code=500)
 
     def run_or_404(name: str) -> RunData:
         if name not in runs:
@@ -142,6 +150,23 @@ async def _event_stream(
     metrics_seen: int,
 ) -> AsyncIterator[bytes]:
     yield b"retry: 2000\n\n"
+    try:
+        async for chunk in _events(pages, links, name, run, request, query, after, metrics_seen):
+            yield chunk
+    except RunDirError as exc:  # the store was damaged while the page was open: end the stream, say why
+        log.warning("run UI: %s", exc)
+
+
+async def _events(
+    pages: Pages,
+    links: Links,
+    name: str,
+    run: RunData,
+    request: Request,
+    query: dict[str, Any],
+    after: int,
+    metrics_seen: int,
+) -> AsyncIterator[bytes]:
     summary_key: Any = None
     while not await request.is_disconnected():
         rows = await asyncio.to_thread(run.rollouts, **query, after_row=after, limit=200, newest_first=False)
