@@ -266,6 +266,32 @@ def test_bench_learn_json(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.sandbox
+def test_bench_learn_through_a_harness_json(tmp_path):
+    """The CI smoke of learning through a harness: the pre-flight, 2 steps of the policy run through
+    the minimal harness on the multi-turn family, per-harness statistics; then a rerun resumes."""
+    args = [
+        "--harness",
+        "minimal",
+        "--no-control",
+        "--out",
+        str(tmp_path),
+        *("--set", "steps=2", "--set", "tasks_per_step=1", "--set", "group_size=2"),
+        *("--set", "rollout.max_turns=2", "--set", "rollout.max_tokens_per_turn=96"),
+        *("--set", "eval.samples=1", "--set", 'eval.task_ids=["legorl__multiturn-heldout-001"]'),
+    ]
+    out = _bench("learn", args)
+    assert out["harness"] == "minimal" and out["fits_context"] is True
+    assert 0 < out["first_prompt_tokens"] < out["model_context"]
+    assert out["rollouts"] == 2 * 2 + 2  # training rollouts and the two evaluations
+    assert out["mean_turns"] >= 1 and 0.0 <= out["multi_sample_share"] <= 1.0
+    assert out["alignment"].get("start", 0) >= out["valid"] and 0.0 <= out["env_failure_rate"] <= 1.0
+    # a second run finds the arm done and reports the same figures
+    again = _bench("learn", args)
+    assert again["heldout_after"] == out["heldout_after"] and again["rollouts"] == out["rollouts"]
+
+
+@pytest.mark.slow
+@pytest.mark.sandbox
 @pytest.mark.swebench_data
 def test_bench_swebench_json(tmp_path):
     one = ["--suite", "swebench-verified", "--instances", "sympy__sympy-12096"]

@@ -356,6 +356,11 @@ def _train(
     t0 = time.monotonic()
     with TreeMemory() as memory:
         if resume is not None:
+            from legorl.trajectory.store import open_run
+
+            # checked whole before the run writes to it again: a damaged store is named now, not
+            # met as a SQLite error in the gateway mid-step
+            open_run(resume, verify=True).close(compact=False)
             cfg = _load_config(config or resume / "config.json", set_, run_dir=str(resume))
             history = _run(cfg, resume=True)
         else:
@@ -425,7 +430,11 @@ def eval_cmd(
     set_: list[str] = typer.Option([], "--set", help=_SET_HELP),
     samples: int = typer.Option(4, "--samples", "-n", help="Rollouts per task."),
     k: list[int] = typer.Option([1], "--k", help="pass@k to report (repeatable; k <= samples)."),
-    engine: str = typer.Option("embedded", help="embedded | scripted-gold | scripted-wrong"),
+    engine: str = typer.Option(
+        "embedded",
+        help="embedded | scripted-gold | scripted-wrong | scripted-mixed | scripted-explore (step-by-step "
+        "demonstrations for legorl sft)",
+    ),
     checkpoint: Path | None = typer.Option(
         None, help="Evaluate a training checkpoint (a checkpoint or run directory)."
     ),
@@ -500,6 +509,140 @@ def eval_cmd(
             + "  ".join(f"pass@{x} {d:+.3f}" for x, d in b["diff"].items())
             + f"  z={b['pass@1_z']:.2f} p={b['pass@1_p']:.4f}"
         )
+
+
+@tasks_app.command("filter")
+def tasks_filter(
+    suite: str = typer.Argument(..., help="Suite to filter: a name from `legorl tasks list`, or a path."),
+    out: Path = typer.Option(
+        ...,
+        "--out",
+        help="Output directory: suite.jsonl (the kept tasks), pilot.jsonl (results, appended as rollouts "
+        "end; a rerun skips those done), run/ (the pilot rollouts' run store), report.json.",
+    ),
+    harness: str | None = typer.Option(
+        None, "--harness", help="Harness of the pilot rollouts (default: the config's)."
+    ),
+    samples: int = typer.Option(4, "--samples", "-n", min=1, help="Pilot rollouts per task (K)."),
+    min_solved: int = typer.Option(1, "--min-solved", min=0, help="Keep tasks solved at least this many times."),
+    max_solved: int | None = typer.Option(
+        None, "--max-solved", min=0, help="Keep tasks solved at most this many times (default K-1)."
+    ),
+    engine: str = typer.Option("embedded", help="embedded | scripted-gold | scripted-wrong | scripted-mixed"),
+    checkpoint: Path | None = typer.Option(
+        None, help="Pilot a training checkpoint (a checkpoint or run directory; embedded engine)."
+    ),
+    config: Path | None = typer.Option(None, help="Run config (JSON): harness, budget, sandbox, grading, engine."),
+    set_: list[str] = typer.Option([], "--set", help=_SET_HELP),
+    concurrency: int = typer.Option(8, help="Rollouts at once."),
+    repos: list[str] | None = typer.Option(None, "--repos", help=REPOS_HELP),
+    instances: list[str] | None = typer.Option(None, "--instances", help=INSTANCES_HELP),
+) -> None:
+    """Pass-rate pre-filtering: K pilot rollouts per task, then a suite of the tasks solved between
+    --min-solved and --max-solved times (pass rates in the records); resumable."""
+    import asyncio
+
+    from legorl.loop.filter import filter_suite
+    from legorl.observe.progress import RichPhaseProgress
+
+    fields = {**_suite_fields(suite, repos, instances), "rollout.harness": harness}
+    cfg = _load_config(config, set_, **fields)
+    try:
+        with RichPhaseProgress(Console(stderr=True)) as progress:
+            report = asyncio.run(
+                filter_suite(
+                    cfg,
+                    out,
+                    samples=samples,
+                    min_solved=min_solved,
+                    max_solved=max_solved,
+                    engine=engine,
+                    checkpoint=checkpoint,
+                    concurrency=concurrency,
+                    progress=progress,
+                )
+            )
+    except (LegoRLError, ValueError) as exc:
+        _fail(exc)
+    table = Table(
+        title=f"tasks filter {suite} / {cfg.rollout.harness} / {engine}: keep {min_solved}..{report.max_solved} of {samples}"
+    )
+    for col in ("task", "solved", "counted", "pass rate", "verdict"):
+        table.add_column(col, justify="left" if col in ("task", "verdict") else "right")
+    for t in report.tasks:
+        rate = f"{t.solved / t.samples:.2f}" if t.samples else "—"
+        table.add_row(t.task_id, str(t.solved), f"{t.samples}/{samples}", rate, t.verdict)
+    console.print(table)
+    counts = {v: sum(t.verdict == v for t in report.tasks) for v in ("kept", "too_easy", "too_hard", "incomplete")}
+    console.print(
+        f"kept {counts['kept']} of {len(report.tasks)} tasks (too easy {counts['too_easy']}, too hard "
+        f"{counts['too_hard']}, incomplete {counts['incomplete']}: rerun to retry); pilot rollouts run now "
+        f"{report.ran}; suite: {report.out_suite}"
+    )
+    if not report.kept:
+        raise typer.Exit(1)
+
+
+@app.command("sft")
+def sft_cmd(
+    runs: list[Path] = typer.Argument(
+        ...,
+        metavar="RUN_DIR",
+        help="Run directories whose recorded rollouts to learn from (legorl rollout / eval / train / tasks filter).",
+    ),
+    out: Path = typer.Option(
+        ...,
+        "--out",
+        help="The RL run directory to write (config.json, sft.json, checkpoints/step--00001); continue it "
+        "with `legorl train --resume OUT`.",
+    ),
+    config: Path | None = typer.Option(
+        None, help="Run config of the RL run that follows; its sft section configures the fine-tune."
+    ),
+    set_: list[str] = typer.Option([], "--set", help=_SET_HELP + " SFT fields: --set sft.lr=1e-5."),
+    min_reward: float | None = typer.Option(
+        None, "--min-reward", help="Keep rollouts of at least this reward (sft.min_reward, default 1)."
+    ),
+    epochs: int | None = typer.Option(None, "--epochs", min=1, help="Passes over the samples (sft.epochs)."),
+    lr: float | None = typer.Option(None, "--lr", help="Learning rate (sft.lr)."),
+) -> None:
+    """Supervised warm start: fine-tune on the sampled tokens (loss mask) of recorded successful
+    rollouts, written as a checkpoint that `legorl train --resume` continues with RL from step 0."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from legorl.training.sft import warm_start
+
+    cfg = _load_config(config, set_, **{"sft.min_reward": min_reward, "sft.epochs": epochs, "sft.lr": lr})
+    err = Console(stderr=True)
+    bar = Progress(
+        TextColumn("sft"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("loss {task.fields[loss]:.4f}"),
+        TimeRemainingColumn(),
+        console=err,
+    )
+    with bar:
+        task = bar.add_task("sft", total=None, loss=float("nan"))
+
+        def on_step(step: int, total: int, loss: float) -> None:
+            bar.update(task, completed=step, total=total, loss=loss)
+            if not err.is_terminal and (step == total or step % max(1, total // 4) == 0):
+                err.print(f"sft: step {step}/{total}, loss {loss:.4f}")  # a log file gets lines, not a bar
+
+        try:
+            report = warm_start(cfg, runs, out, on_step)
+        except (LegoRLError, ValueError) as exc:
+            _fail(exc)
+    for s in report.sources:
+        skipped = ", ".join(f"{why}: {n}" for why, n in s.skipped.items()) or "none"
+        console.print(f"{s.run_dir}: {len(s.rollouts)} rollouts, {s.samples} samples kept (skipped {skipped})")
+    losses = " → ".join(f"{x:.4f}" for x in report.epoch_loss)
+    console.print(
+        f"fine-tuned {report.base_model} on {report.samples} samples ({report.sampled_tokens} sampled tokens) in "
+        f"{report.optimizer_steps} steps; loss per sampled token by epoch {losses}; {report.seconds:.0f}s"
+    )
+    console.print(f"checkpoint: {report.checkpoint}; continue with RL: legorl train --resume {out}")
 
 
 @app.command("export-hf")
@@ -744,15 +887,27 @@ def bench_learn(
     out: Path = typer.Option(Path("runs/bench-learn"), "--out", help="Output directory (policy/, control/, plot)."),
     set_: list[str] = typer.Option([], "--set", help=_SET_HELP),
     control: bool = typer.Option(True, "--control/--no-control", help="Also train the sign-flipped control."),
+    harness: str | None = typer.Option(
+        None,
+        "--harness",
+        help="Learn through this harness (minimal, mini-swe-agent, opencode, openhands, claude-code) on the "
+        "multi-turn fix family (default config: configs/learn-multiturn.json), with per-harness statistics.",
+    ),
+    init: Path | None = typer.Option(
+        None,
+        "--init",
+        help="A warm start both runs begin from (the --out of legorl sft); the before-evaluation scores it.",
+    ),
     as_json: bool = typer.Option(True, "--json/--no-json", help=keys_help("learn")),
 ) -> None:
-    """Train on the one-line-fix family and measure the held-out solve rate before and after, against a
-    control run with the advantages' sign flipped (see legorl.bench.learn)."""
+    """Train and measure the held-out solve rate before and after, against a control run with the
+    advantages' sign flipped (see legorl.bench.learn); resumes an interrupted bench in --out."""
     from legorl.bench.learn import run_learn_bench
     from legorl.config import shipped_config
 
+    default = shipped_config("learn-multiturn" if harness else "learn")
     try:
-        result = run_learn_bench(config or shipped_config("learn"), out, _overrides(set_), control=control)
+        result = run_learn_bench(config or default, out, _overrides(set_), control=control, harness=harness, init=init)
     except LegoRLError as exc:
         _fail(exc)
     _print_result(result, as_json)
@@ -845,7 +1000,7 @@ def rollout_cmd(
         None, help="Harness id (see legorl.harnesses.registry; default: the config's, minimal)."
     ),
     task: str = typer.Option("legorl__trivial-001", help="Task instance id."),
-    engine: str = typer.Option("scripted-gold", help="embedded | scripted-gold | scripted-wrong"),
+    engine: str = typer.Option("scripted-gold", help="embedded | scripted-gold | scripted-wrong | scripted-explore"),
     model: str | None = typer.Option(None, help="Model for the embedded engine (default: the config's, smollm2-135m)."),
     sandbox: str | None = typer.Option(None, help="Sandbox backend: bwrap | podman (default: the config's, bwrap)."),
     max_turns: int | None = typer.Option(
@@ -902,6 +1057,44 @@ def bench_rollout(
     try:
         result = run_rollout_bench(harness, task, cold=cold, rollouts=rollouts, sandbox=sandbox)
     except ValueError as exc:
+        _fail(exc)
+    _print_result(result, as_json)
+
+
+@bench_app.command("harness")
+def bench_harness(
+    harness: str = typer.Option("minimal", "--harness", help="Harness id."),
+    rollouts: int = typer.Option(100, "--rollouts", min=1, help="Rollouts in all (a rerun skips those in --out)."),
+    out: Path = typer.Option(
+        Path("runs/bench-harness"), "--out", help="Results (<harness>.jsonl, one line per rollout) and run store."
+    ),
+    suite: str = typer.Option("trivial", "--suite", help="Task suite, cycled in order (a built-in name or a path)."),
+    tasks: list[str] | None = typer.Option(None, "--tasks", help="These task ids instead of --suite (repeatable)."),
+    engine: str = typer.Option(
+        "embedded", "--engine", help="embedded (the config's model) | scripted-gold | scripted-wrong"
+    ),
+    set_: list[str] = typer.Option([], "--set", help=_SET_HELP),
+    as_json: bool = typer.Option(True, "--json/--no-json", help=keys_help("harness")),
+) -> None:
+    """N rollouts of a model through a harness: env failures by cause, hangs, runtime crashes, wall time
+    p50/p95 and the gateway's share of it (progress on stderr; resumable; see legorl.bench.harness)."""
+    from legorl.bench.harness import Progress, run_harness_bench
+    from legorl.tasks.cli import split_list
+
+    try:
+        with Progress(harness) as progress:
+            result = run_harness_bench(
+                harness,
+                rollouts,
+                out,
+                suite=suite,
+                tasks=split_list(tasks) or (),
+                engine=engine,
+                overrides=_overrides(set_),
+                on_start=progress.start,
+                on_record=progress.record,
+            )
+    except LegoRLError as exc:
         _fail(exc)
     _print_result(result, as_json)
 

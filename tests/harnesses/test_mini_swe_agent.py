@@ -67,3 +67,24 @@ def test_warm_rollout_runs_no_package_manager(tmp_path, monkeypatch):
     run = rollout("mini-swe-agent", "scripted-gold", tmp_path)
     assert (run.rollout.status, run.rollout.reward) == ("ok", 1.0), (run.rollout.status, run.rollout.cause)
     assert install_mod.BUILD_COUNTER == before
+
+
+@pytest.mark.parametrize(
+    ("status", "ending"),
+    [("Submitted", "finished"), ("RepeatedFormatError", "finished"), ("LimitsExceeded", "budget"), ("Boom", "crashed")],
+)
+def test_collect_tells_the_models_endings_from_harness_failures(status, ending):
+    """RepeatedFormatError ends mini because of what the *model* wrote (prose with no command, three
+    times): an agent outcome that is graded and trained on, never a harness_error out of the gradient."""
+    import json
+
+    from legorl.harnesses.common import TRANSCRIPT_MARKER
+    from legorl.harnesses.mini_swe_agent import MiniSweAgentHarness
+    from legorl.sandbox.base import ExecResult
+
+    traj = json.dumps({"info": {"exit_status": status, "model_stats": {"api_calls": 3}}})
+    res = ExecResult(exit_code=0, stdout=f"log\n{TRANSCRIPT_MARKER}\n{traj}", stderr="", duration_s=1.0)
+    r = MiniSweAgentHarness().collect(None, res, None)  # type: ignore[arg-type]
+    assert r.ending == ending, r.summary
+    if status == "RepeatedFormatError":
+        assert r.summary["model_ending"] == status and "cause" not in r.summary

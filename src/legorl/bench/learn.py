@@ -11,6 +11,23 @@ harness ``line-fix``, the embedded SmolLM2), each a plain ``legorl train`` with 
   artefact of training as such (format drift, evaluation noise). Both start from the same weights,
   so the control reuses the policy run's "before" evaluation.
 
+``--harness NAME`` learns *through* that harness instead (default config
+``configs/learn-multiturn.json``: the multi-turn fix family, where the issue names no file or line,
+so the agent looks, edits and may run the tests over several turns), with the harness's own options
+from :data:`HARNESS_RUNS` (they slim its system prompt and tool list to fit the model's context,
+through the harness's own settings, never a patch). Before training, one scripted rollout through
+the harness measures its first prompt: when that and one turn's tokens do not fit the model's
+context, the bench reports the numbers (``fits_context: false``) and trains nothing. Per harness it
+adds, over every rollout of the policy run (training and evaluation, :mod:`legorl.bench.harness_stats`):
+mean model turns, the share of rollouts that yielded more than one sample, alignment kinds and
+fork kinds, env-failure rate by cause, the first prompt's tokens.
+
+``init``: a warm start (``legorl sft --out``) both arms start from instead of the config's model; the
+before-evaluation then scores it, so the measured gain is RL's alone.
+
+An interrupted bench resumes: an arm whose after-evaluation exists is done, an arm with a
+checkpoint continues from it, the before-evaluation is never run twice.
+
 Reported: held-out solve rates before/after (pass@1 over valid samples; env failures are not
 counted), their difference, the two-sided two-proportion p-value, a 95% bootstrap interval of the
 difference over held-out tasks (tasks resampled with replacement), the valid-line rate (the
@@ -29,13 +46,25 @@ import time
 from pathlib import Path
 from typing import Any
 
+from legorl.bench.harness_stats import harness_stats
 from legorl.config import RunConfig
 from legorl.errors import ConfigError
 from legorl.loop.eval import phase_report_path
 from legorl.loop.eval_stats import EvalReport, two_proportion_test
 from legorl.observe.plots import plot_reward_curves
 
-__all__ = ["bootstrap_diff", "run_learn_bench", "solved_among_valid", "valid_line_rate"]
+__all__ = ["HARNESS_RUNS", "bootstrap_diff", "run_learn_bench", "solved_among_valid", "valid_line_rate"]
+
+# Per harness: the run-config overrides ``bench learn --harness`` applies on top of the config.
+# SmolLM2-135M has 8192 positions; each harness's own options keep its prompt and tools small.
+HARNESS_RUNS: dict[str, dict[str, Any]] = {
+    "minimal": {"rollout.harness": "minimal"},
+    # text-based config: one bash block per reply, no tool schema in the prompt
+    "mini-swe-agent": {"rollout.harness": "mini-swe-agent", "rollout.harness_options": {"tool_calling": False}},
+    "opencode": {"rollout.harness": "opencode", "rollout.harness_options": {"tools": ["bash", "read", "edit"]}},
+    "openhands": {"rollout.harness": "openhands", "rollout.harness_options": {"tools": ["terminal"]}},
+    "claude-code": {"rollout.harness": "claude-code", "rollout.harness_options": {"tools": ["Bash", "Edit"]}},
+}
 
 
 def bootstrap_diff(before: EvalReport, after: EvalReport, draws: int = 2000, seed: int = 0) -> tuple[float, float]:
@@ -99,12 +128,20 @@ def _rate(report: EvalReport) -> float:
 
 
 def run_learn_bench(
-    config: Path, out_dir: Path, overrides: dict[str, Any] | None = None, control: bool = True
+    config: Path,
+    out_dir: Path,
+    overrides: dict[str, Any] | None = None,
+    control: bool = True,
+    harness: str | None = None,
+    init: Path | None = None,
 ) -> dict[str, Any]:
     from legorl.loop.train import train
     from legorl.observe.metrics import read_metrics
+    from legorl.training.checkpoint import latest_checkpoint
 
-    cfg = RunConfig.load(config, **(overrides or {}))
+    if harness is not None and harness not in HARNESS_RUNS:
+        raise ConfigError(f"bench learn --harness: unknown harness {harness!r}; known: {', '.join(HARNESS_RUNS)}")
+    cfg = RunConfig.load(config, **{**(HARNESS_RUNS[harness] if harness else {}), **(overrides or {})})
     if cfg.eval.suite is None:
         raise ConfigError(f"{config}: bench learn needs an eval section with a held-out suite (eval.suite)")
     from legorl.observe.progress import RichPhaseProgress, StepClock
@@ -113,6 +150,18 @@ def run_learn_bench(
     progress = phases.console
     out_dir = Path(out_dir)
     t0 = time.perf_counter()
+    fit = _context_fit(cfg, out_dir / "preflight") if harness is not None else None
+    if fit is not None and not fit["fits_context"]:
+        progress.print(
+            f"[bold red]{harness}[/]: its first prompt has {fit['first_prompt_tokens']} tokens; with "
+            f"{cfg.rollout.max_tokens_per_turn} to sample that is past the model's {fit['model_context']}: not trained"
+        )
+        unfit: dict[str, Any] = {"harness": harness, **fit, "heldout_before": None, "heldout_after": None}
+        unfit.update(p_value=None, control_after=None, mean_turns=None, wall_s=time.perf_counter() - t0)
+        unfit["out_dir"] = str(out_dir)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / "bench_learn.json").write_text(json.dumps(unfit, indent=2))
+        return unfit
     arms = {"policy": False, **({"control": True} if control else {})}
     walls: dict[str, float] = {}
     for name, flip in arms.items():
@@ -123,9 +172,20 @@ def run_learn_bench(
                 "eval": cfg.eval.model_copy(update={"before": not flip}),  # the same start as the policy's
             }
         )
+        if phase_report_path(out_dir / name, "after").is_file():
+            progress.print(f"[bold]{name}[/] run: done before (its after-evaluation exists)")
+            continue
+        resume = latest_checkpoint(out_dir / name) is not None
+        if init is not None and not resume:
+            _start_from(init, arm)
+            resume = True
         t_arm = time.perf_counter()
         progress.print(
-            f"[bold]{name}[/] run: {cfg.steps} steps × {cfg.tasks_per_step * cfg.group_size} rollouts"
+            f"[bold]{name}[/] run{' (resumed)' if resume else ''}"
+            + (f" from the warm start {init}" if init is not None else "")
+            + f": {cfg.steps} steps × "
+            f"{cfg.tasks_per_step * cfg.group_size} rollouts"
+            + (f" through {harness}" if harness else "")
             + (f", held-out evaluation of {cfg.eval.suite} before" if arm.eval.before else "")
             + f" and after → {out_dir / name}"
         )
@@ -141,7 +201,7 @@ def run_learn_bench(
             )
 
         with phases:
-            asyncio.run(train(arm, on_step=on_step, progress=phases))
+            asyncio.run(train(arm, on_step=on_step, resume=resume, progress=phases))
         walls[name] = time.perf_counter() - t_arm
 
     def report(arm: str, phase: str) -> EvalReport:
@@ -191,6 +251,11 @@ def run_learn_bench(
     }
     if plot_skipped:
         result["plot_skipped"] = plot_skipped
+    if harness is not None:
+        stats = harness_stats([out_dir / "policy", *(out_dir / "policy" / "eval" / p for p in ("before", "after"))])
+        result.update(harness=harness, harness_options=cfg.rollout.harness_options, **(fit or {}))
+        result.update({k: v for k, v in stats.to_dict().items() if k != "first_prompt_tokens" or v is not None})
+    result["warm_start"] = str(init) if init is not None else None
     if control:
         ctrl = report("control", "after")
         result["control_after"] = _rate(ctrl)
@@ -203,3 +268,43 @@ def run_learn_bench(
         + f"; results, runs and plot in {out_dir}"
     )
     return result
+
+
+def _context_fit(cfg: RunConfig, run_dir: Path) -> dict[str, Any]:
+    """One scripted rollout through the harness on the first training task: its first prompt's
+    tokens, and whether that plus one turn's sampling budget fits the model's context."""
+    from legorl.loop.single import rollout_once
+    from legorl.models.registry import resolve_model
+    from legorl.tasks.loader import run_tasks
+    from legorl.trajectory.store import open_run
+
+    task = run_tasks(cfg, training=True)[0]
+    probe = cfg.model_copy(update={"run_dir": run_dir})
+    asyncio.run(rollout_once(probe, task.instance_id, engine="scripted-gold"))
+    store = open_run(run_dir)
+    try:
+        turns = sorted(store.iter_turns(), key=lambda t: t.turn_index)
+    finally:
+        store.close(compact=False)
+    model_cfg = json.loads((resolve_model(cfg.engine.model) / "config.json").read_text())
+    context = int(model_cfg.get("max_position_embeddings", 2048))
+    first = len(turns[0].prompt_token_ids) if turns else None
+    fits = first is not None and first + cfg.rollout.max_tokens_per_turn <= context
+    return {"first_prompt_tokens": first, "model_context": context, "fits_context": fits}
+
+
+def _start_from(init: Path, arm: RunConfig) -> None:
+    """The arm's run directory as a copy of the warm start ``init`` (``legorl sft --out``: a run
+    directory whose checkpoint is the state before step 0), with the arm's own config."""
+    import shutil
+
+    from legorl.training.checkpoint import checkpoint_step, latest_checkpoint
+
+    ckpt = latest_checkpoint(init)
+    if ckpt is None or checkpoint_step(ckpt) >= 0:
+        raise ConfigError(f"{init}: not a warm start (legorl sft --out writes one: a checkpoint before step 0)")
+    run_dir = Path(arm.run_dir)
+    if run_dir.exists():
+        shutil.rmtree(run_dir)  # no checkpoint of its own yet: nothing of this arm is lost
+    shutil.copytree(init, run_dir)
+    (run_dir / "config.json").write_text(arm.model_dump_json(indent=2))

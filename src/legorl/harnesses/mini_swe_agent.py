@@ -26,6 +26,8 @@ from legorl.tasks.model import Task
 VERSION = "2.4.6"
 TRAJ = "/tmp/traj.json"
 SUBMIT = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
+# exit statuses that end the run because of what the model wrote (an agent outcome, not a failure)
+MODEL_ENDINGS = ("RepeatedFormatError",)
 MSWEA_CONFIG_DIR = f"{HARNESS_HOME}/.config/mini-swe-agent"
 
 
@@ -116,11 +118,16 @@ class MiniSweAgentHarness:
         except (json.JSONDecodeError, AttributeError):
             summary = {"exit_status": None}
         status = summary.get("exit_status")
-        finished = None if status is None else status == "Submitted"
-        if status and status not in ("Submitted", "LimitsExceeded"):
+        # RepeatedFormatError: mini stopped because the *model's* replies broke its format several
+        # times in a row. That is the policy's outcome (graded, reward from the diff, in the
+        # gradient), not a harness failure: dropping it would hide exactly what RL must punish.
+        finished = None if status is None else status in ("Submitted", *MODEL_ENDINGS)
+        if status in MODEL_ENDINGS:
+            summary["model_ending"] = status
+        elif status and status not in ("Submitted", "LimitsExceeded"):
             summary["cause"] = f"mini-swe-agent exit status {status}"
         r = result(res, transcript or out, finished, summary)
-        if status and status not in ("Submitted", "LimitsExceeded") and r.ending == "budget":
+        if status and status not in ("Submitted", "LimitsExceeded", *MODEL_ENDINGS) and r.ending == "budget":
             r.ending = "crashed"
         return r
 

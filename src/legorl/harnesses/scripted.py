@@ -13,6 +13,7 @@ Each adapter says how its "model" runs a command and finishes (``harness.scripte
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import shutil
 import subprocess
@@ -98,3 +99,11 @@ def gold_policy(harness: Any, task: Any, wrong: bool = False) -> Policy:
         return scripted(prompt) if "<tools>" in prompt else "Fix the failing test"
 
     return policy
+
+
+def mixed_is_wrong(seed: int, task_id: str, sample: int) -> bool:
+    """The ``scripted-mixed`` engine's choice for one rollout: the wrong fix (True) or the gold one,
+    fixed by (seed, task, sample index) alone, so a pilot or evaluation of it is reproducible and
+    its tasks get pass rates between 0 and 1 (what ``legorl tasks filter`` is tested on)."""
+    digest = hashlib.sha256(f"{seed}:{task_id}:{sample}".encode()).digest()
+    return bool(digest[0] & 1)

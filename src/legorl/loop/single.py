@@ -4,7 +4,8 @@ It runs what a :class:`~legorl.config.RunConfig` says (harness and budget from `
 sandbox backend from ``sandbox``, grading from ``grading``, the model from ``engine``), through the
 same builders as the training loop (:mod:`legorl.loop.stack`). Engines: ``embedded`` (the model of
 ``cfg.engine``), ``scripted-gold`` / ``scripted-wrong`` (a ScriptedEngine whose policy makes the
-harness apply the gold fix, or a wrong one: see :mod:`legorl.harnesses.scripted`). Everything else
+harness apply the gold fix, or a wrong one: see :mod:`legorl.harnesses.scripted`), ``scripted-explore``
+(the fix made step by step at a shell: :mod:`legorl.harnesses.demonstrations`). Everything else
 is real: harness program in a network-less sandbox, gateway, grader. Turns, the rollout and the
 resolved config go to ``cfg.run_dir``; the host-side strace of the harness to ``run_dir/traces``.
 """
@@ -26,7 +27,7 @@ from legorl.sandbox.base import SandboxBackend
 from legorl.tasks.loader import get_task
 from legorl.trajectory.records import Rollout
 
-ENGINES = ("embedded", "scripted-gold", "scripted-wrong")
+ENGINES = ("embedded", "scripted-gold", "scripted-wrong", "scripted-explore")
 # One rollout without a config file: more agent steps and a shorter limit than RunConfig's training
 # defaults; a scripted "model" also gets room for its longest reply (a whole file, a base64 fix).
 SINGLE_ROLLOUT_DEFAULTS: dict[str, object] = {"rollout.max_turns": 6, "rollout.wall_clock_s": 600.0}
@@ -102,11 +103,17 @@ async def rollout_once(
     if engine != "embedded":
         from legorl.engines.scripted import ScriptedEngine
         from legorl.gateway.renderer import load_smollm2_gguf_tokenizer
+        from legorl.harnesses.demonstrations import explore_policy
         from legorl.harnesses.scripted import gold_policy
 
         tok = load_smollm2_gguf_tokenizer()
         # a scripted "model" may need a long context: the harness's own prompts are not ours to cut
-        scripted = ScriptedEngine(tok, gold_policy(harness, task, wrong=engine == "scripted-wrong"), max_context=262144)
+        policy = (
+            explore_policy(harness, task)
+            if engine == "scripted-explore"
+            else gold_policy(harness, task, wrong=engine == "scripted-wrong")
+        )
+        scripted = ScriptedEngine(tok, policy, max_context=262144)
     trace_dir = run_dir / "traces"
     trace_dir.mkdir(exist_ok=True)
     async with open_gateway_stack(

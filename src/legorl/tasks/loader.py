@@ -13,8 +13,8 @@ runnable tasks, the repository at its base state, either as
   project share one base; the built-in suites keep theirs in ``suites/_bases/<project>/``.
   ``legorl tasks author`` writes such task dirs (:mod:`legorl.tasks.author`).
 
-Generated suites (``oneline-train``, ``oneline-heldout``: :mod:`legorl.tasks.oneline`) are written
-once under ``$LEGORL_HOME/tasks/generated/`` and loaded as record files.
+Generated suites (``oneline-train``, ``oneline-heldout``: :mod:`legorl.tasks.oneline`;
+``multiturn-train``, ``multiturn-heldout``: :mod:`legorl.tasks.multiturn`) are written once under ``$LEGORL_HOME/tasks/generated/`` and loaded as record files.
 
 A *suite dir* holds task dirs. Record files: ``.jsonl`` (one record a line), ``.json`` (a list, a
 single record, or ``{"tasks": [...]}``) and ``.parquet`` (SWE-bench's own format; needs pyarrow).
@@ -56,10 +56,19 @@ _TIER_ORDER = ("trivial", "easy", "medium")
 
 
 def generated_suites() -> list[str]:
-    """Names of the suites generated on first use (:mod:`legorl.tasks.oneline`)."""
-    from legorl.tasks.oneline import SUITES
+    """Names of the suites generated on first use (:mod:`legorl.tasks.oneline`,
+    :mod:`legorl.tasks.multiturn`)."""
+    return list(_generated_suite_paths())
 
-    return list(SUITES)
+
+def _generated_suite_paths() -> dict[str, Callable[[str], Path]]:
+    """Generated suite name → the function that writes it once and returns its JSONL."""
+    from legorl.tasks import multiturn, oneline
+
+    return {
+        **dict.fromkeys(oneline.SUITES, oneline.suite_path),
+        **dict.fromkeys(multiturn.SUITES, multiturn.suite_path),
+    }
 
 
 def load_suite(
@@ -70,7 +79,7 @@ def load_suite(
     repos_dir: str | Path | None = None,
 ) -> list[Task]:
     """Tasks of a built-in suite name (or ``"builtin"``: all of them), a generated suite
-    (``oneline-train``, ``oneline-heldout``), a SWE-bench suite (``swebench-verified``,
+    (``oneline-*``, ``multiturn-*``), a SWE-bench suite (``swebench-verified``,
     ``swebench-lite-dev``: :mod:`legorl.tasks.swebench`), a suite/task directory, or a
     ``.jsonl``/``.json``/``.parquet`` file; only those of ``repos`` (``owner/name``) and ``instances``
     when given (:func:`filter_tasks`). ``repos_dir``: where SWE-bench suites take repository trees
@@ -142,9 +151,7 @@ def _load_unfiltered(name_or_path: str | Path) -> list[Task]:
     if isinstance(name_or_path, str) and name_or_path in builtin_suites():
         return _load_suite_dir(BUILTIN_SUITES_DIR / name_or_path)
     if isinstance(name_or_path, str) and name_or_path in generated_suites():
-        from legorl.tasks.oneline import suite_path
-
-        return load_suite(suite_path(name_or_path))
+        return load_suite(_generated_suite_paths()[name_or_path](name_or_path))
     if name_or_path == ALL_BUILTIN:
         suites = sorted(builtin_suites(), key=lambda s: (_TIER_ORDER.index(s) if s in _TIER_ORDER else 99, s))
         if not suites:

@@ -39,6 +39,18 @@ class TaskEnvironment(BaseModel):
     unsupported: dict[str, str] = Field(default_factory=dict)  # backend → why it cannot build this
 
 
+class PassRate(BaseModel):
+    """How often pilot rollouts solved a task (``legorl tasks filter``, :mod:`legorl.loop.filter`):
+    kept in the filtered suite's records so a later run can see why a task is there."""
+
+    solved: int  # pilot rollouts that resolved it (reward > 0)
+    samples: int  # pilot rollouts that count (status ok or timeout)
+    rate: float  # solved / samples
+    harness: str
+    engine: str  # embedded | scripted-gold | scripted-wrong | scripted-mixed
+    model: str  # the engine's model (or the checkpoint it was exported from)
+
+
 class Task(BaseModel):
     instance_id: str
     repo: str
@@ -57,6 +69,8 @@ class Task(BaseModel):
     test_command: str = "python -m pytest"
     test_files: list[str] = Field(default_factory=list)  # files the grader restores before testing
     environment: TaskEnvironment | None = None  # None: this process's interpreter, the standard library
+    # set by `legorl tasks filter`; absent in SWE-bench's own records (None: never measured)
+    pass_rate: PassRate | None = None
 
     @field_validator("FAIL_TO_PASS", "PASS_TO_PASS", mode="before")
     @classmethod

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -74,7 +75,7 @@ def family_split(index: int) -> Split:
     return "heldout" if index % 3 == 2 else "train"
 
 
-def _evaluate(params: str, expr: str, args: tuple[Any, ...]) -> Any:
+def evaluate(params: str, expr: str, args: tuple[Any, ...]) -> Any:
     ns: dict[str, Any] = {}
     exec(f"def f({params}):\n    return {expr}\n", ns)  # noqa: S102 - our own constant expressions
     return ns["f"](*args)
@@ -86,7 +87,7 @@ def _source(name: str, fam: Family, expr: str) -> str:
 
 def _tests(name: str, fam: Family) -> str:
     checks = "".join(
-        f"    assert {name}({', '.join(map(repr, c))}) == {_evaluate(fam.params, fam.good, c)!r}\n" for c in fam.cases
+        f"    assert {name}({', '.join(map(repr, c))}) == {evaluate(fam.params, fam.good, c)!r}\n" for c in fam.cases
     )
     return (
         f"from lib.funcs import {name}\n\n\ndef test_{name}():\n{checks}\n\n"
@@ -96,7 +97,7 @@ def _tests(name: str, fam: Family) -> str:
 
 def build_record(instance_id: str, name: str, fam: Family, bug: str, split: Split) -> tuple[dict[str, Any], dict]:
     """One task record and its buggy repository (``{path: (mode, bytes)}``)."""
-    failing = next((c for c in fam.cases if _evaluate(fam.params, bug, c) != _evaluate(fam.params, fam.good, c)), None)
+    failing = next((c for c in fam.cases if evaluate(fam.params, bug, c) != evaluate(fam.params, fam.good, c)), None)
     if failing is None:
         raise ValueError(f"{instance_id}: bug {bug!r} passes every case of {fam.doc!r}")
     call = f"{name}({', '.join(map(repr, failing))})"
@@ -111,8 +112,8 @@ def build_record(instance_id: str, name: str, fam: Family, bug: str, split: Spli
         "instance_id": instance_id,
         "repo": f"legorl/oneline-{split}",
         "problem_statement": (
-            f"`{call}` returns {_evaluate(fam.params, bug, failing)!r}, expected "
-            f"{_evaluate(fam.params, fam.good, failing)!r}. The bug is on line {BUG_LINE} of `{FUNC_FILE}`."
+            f"`{call}` returns {evaluate(fam.params, bug, failing)!r}, expected "
+            f"{evaluate(fam.params, fam.good, failing)!r}. The bug is on line {BUG_LINE} of `{FUNC_FILE}`."
         ),
         "patch": git_diff(files, fixed),
         "FAIL_TO_PASS": [f"tests/test_funcs.py::test_{name}"],
@@ -130,20 +131,26 @@ _FORMAT = 1  # bump when generated tasks change: a new cache directory
 
 def suite_path(name: str) -> Path:
     """The JSONL of generated suite ``name`` (``oneline-train`` / ``oneline-heldout``), generated once
-    under ``$LEGORL_HOME/tasks/generated/`` (into a temporary directory, then renamed into place, so
-    concurrent loaders never see half a suite)."""
+    (:func:`cached_suite`)."""
+    split = SUITES[name]
+    return cached_suite(f"oneline-v{_FORMAT}-{split}", split, lambda out: generate(out, split))
+
+
+def cached_suite(dirname: str, split: str, make: Callable[[Path], Path]) -> Path:
+    """``$LEGORL_HOME/tasks/generated/<dirname>/<split>.jsonl``, written by ``make(directory)`` the
+    first time: into a temporary directory, then renamed into place, so concurrent loaders never
+    see half a suite."""
     import shutil
     import tempfile
 
     from legorl.settings import legorl_home
 
-    split = SUITES[name]
     root = legorl_home() / "tasks" / "generated"
-    final = root / f"oneline-v{_FORMAT}-{split}"
+    final = root / dirname
     if not (final / f"{split}.jsonl").is_file():
         root.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=root))
-        generate(tmp, split)
+        make(tmp)
         try:
             tmp.rename(final)
         except OSError:  # another loader won the race
