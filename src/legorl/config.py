@@ -173,7 +173,20 @@ class GradingConfig(_Strict):
 
 
 class TrainerConfig(_Strict):
-    objective: Literal["gspo", "gspo_token", "grpo"] = Field("gspo", description="Policy-gradient objective.")
+    # before `objective` and `advantage`: field validators run in declaration order, and the module's
+    # registrations must exist when their names are checked
+    objective_module: str | None = Field(
+        None,
+        description="An importable module that registers objectives or advantage estimators (register_policy_loss, register_advantage in legorl.training.objectives) when imported; it is imported when the config is validated, so its names can be used below (docs/objectives.md).",
+    )
+    objective: str = Field(
+        "gspo",
+        description="Policy-gradient objective, by name in the registry: gspo, gspo_token, grpo, dr_grpo, dapo, cispo, or one objective_module registers (docs/objectives.md).",
+    )
+    advantage: str = Field(
+        "group_norm",
+        description="Advantage estimator within a task's group of rollouts: group_norm ((r - mean)/std), group_mean (r - mean), rloo (leave-one-out baseline), or one objective_module registers. Not given: the objective's own (dr_grpo: group_mean; the others: group_norm).",
+    )
     lr: float = Field(1e-6, gt=0, description="AdamW learning rate (peak, after warm-up).")
     lr_warmup_steps: int = Field(
         0,
@@ -224,6 +237,11 @@ class TrainerConfig(_Strict):
         None,
         description="Level of the rollout-vs-trainer importance weights pi_old/pi_rollout that tis_cap truncates and mis_cap masks: per token, or per sequence (geometric mean of the token ratios); null: the objective's own (gspo, gspo_token: sequence; grpo: token).",
     )
+    loss_norm_tokens: int = Field(
+        1024,
+        ge=1,
+        description="dr_grpo only: the constant a sample's summed token losses are divided by (instead of its own length; docs/objectives.md).",
+    )
     mis_cap: float | None = Field(
         None,
         gt=1,
@@ -258,6 +276,66 @@ class TrainerConfig(_Strict):
         ge=16,
         description="Positions per LM-head chunk: the full-vocabulary logits exist for this many positions at a time.",
     )
+
+    @field_validator("objective_module")
+    @classmethod
+    def _import_objective_module(cls, module: str | None) -> str | None:
+        # the registry imports nothing of ML; the user's module may (its losses are torch functions)
+        from legorl.training.objectives import load_objective_module
+
+        if module is not None:
+            try:
+                load_objective_module(module)
+            # any failure of the user's code at import (a syntax error, a name registered twice) is
+            # a problem of this config field: report it as one, not as a traceback
+            except Exception as exc:
+                raise ValueError(f"cannot import trainer.objective_module {module!r}: {exc}") from exc
+        return module
+
+    @field_validator("objective")
+    @classmethod
+    def _known_objective(cls, name: str) -> str:
+        from legorl.training.objectives import objective_names
+
+        if name not in objective_names():
+            raise ValueError(
+                f"unknown trainer.objective {name!r}; known: {', '.join(objective_names())} "
+                "(a module named in trainer.objective_module can register more)"
+            )
+        return name
+
+    @field_validator("advantage")
+    @classmethod
+    def _known_advantage(cls, name: str) -> str:
+        from legorl.training.objectives import advantage_names
+
+        if name not in advantage_names():
+            raise ValueError(
+                f"unknown trainer.advantage {name!r}; known: {', '.join(advantage_names())} "
+                "(a module named in trainer.objective_module can register more)"
+            )
+        return name
+
+    @model_validator(mode="after")
+    def _objective_defaults_and_clip(self) -> TrainerConfig:
+        from legorl.training.objectives import objective_info
+
+        info = objective_info(self.objective)
+        if "advantage" not in self.model_fields_set:
+            # the objective's own estimator (Dr. GRPO drops the std); a dump then states it explicitly
+            self.advantage = info.advantage
+        # grpo's clip range is checked on the run config (a bare TrainerConfig(objective="grpo") has
+        # long been accepted); the newer token-ratio objectives are checked here, wherever they are built
+        if info.token_ratio and self.objective != "grpo" and self.eps_high < 0.01:
+            raise ValueError(
+                f"trainer.objective {self.objective!r} uses token ratios: set trainer.eps_low/eps_high (e.g. 0.2)"
+            )
+        if info.clip_higher and self.eps_high <= self.eps_low:
+            raise ValueError(
+                f"trainer.objective {self.objective!r} clips higher: trainer.eps_high must exceed trainer.eps_low "
+                "(DAPO: eps_low 0.2, eps_high 0.28)"
+            )
+        return self
 
 
 class EvalConfig(_Strict):

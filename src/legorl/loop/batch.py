@@ -1,4 +1,5 @@
-"""Rollouts → a training batch: drop what must not train, normalise rewards within groups.
+"""Rollouts → a training batch: drop what must not train, turn rewards into advantages within groups
+(the estimator ``trainer.advantage``, :mod:`legorl.training.objectives`).
 
 Truncated rollouts (cut by the turn or token budget) follow ``trainer.truncated``: see
 :mod:`legorl.loop.truncation`."""
@@ -9,7 +10,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from legorl.loop.truncation import is_truncated
-from legorl.training.gspo import group_advantages
+from legorl.training.objectives import get_advantage
 from legorl.trajectory.records import Rollout, Sample
 
 # Statuses whose reward says something about the policy. Env failures and our own harness
@@ -29,8 +30,14 @@ class Batch:
 
 
 def assemble_batch(
-    rollouts: list[Rollout], flagged_policy: str = "zero", truncated_policy: str = "keep", truncated_reward: float = 0.0
+    rollouts: list[Rollout],
+    flagged_policy: str = "zero",
+    truncated_policy: str = "keep",
+    truncated_reward: float = 0.0,
+    advantage: str = "group_norm",
 ) -> Batch:
+    # looked up first: an unknown estimator fails even on a batch with no group to estimate
+    estimate = get_advantage(advantage)
     by_task: dict[str, list[Rollout]] = defaultdict(list)
     dropped: dict[str, int] = defaultdict(int)
     masked: set[int] = set()  # by identity: rollout ids need not be unique here
@@ -57,8 +64,8 @@ def assemble_batch(
         by_task[r.task_id].append(r)
     batch = Batch(samples=[], groups_total=len(by_task), dropped=dict(dropped), truncated=truncated)
     for group in by_task.values():
-        advs = group_advantages([rewards[id(r)] for r in group])
-        if advs is None:  # no variance or too few valid rollouts: no gradient from this group
+        advs = estimate([rewards[id(r)] for r in group])
+        if advs is None:  # no signal (no variance, too few valid rollouts): no gradient from this group
             batch.monitor.extend(s for r in group for s in r.samples)
             continue
         batch.groups_with_signal += 1

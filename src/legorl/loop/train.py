@@ -162,7 +162,11 @@ async def train(
                     prefetched = (asyncio.ensure_future(collect(executor, step + 1, upcoming)), time.perf_counter())
                 stale = drop_stale(rollouts, trainer.version, cfg.max_staleness)
                 batch = assemble_batch(
-                    stale.kept, cfg.grading.flagged_policy, cfg.trainer.truncated, cfg.trainer.truncated_reward
+                    stale.kept,
+                    cfg.grading.flagged_policy,
+                    cfg.trainer.truncated,
+                    cfg.trainer.truncated_reward,
+                    cfg.trainer.advantage,
                 )
                 version_before = trainer.version
                 phases.begin(f"step {step + 1}/{cfg.steps}: training on {len(batch.samples)} samples")

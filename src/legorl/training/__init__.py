@@ -1,4 +1,5 @@
-"""Training: GSPO/GRPO losses, logprob recompute, the trainer, checkpoints."""
+"""Training: the objectives (registry: GSPO, GRPO, Dr. GRPO, DAPO, CISPO; advantage estimators),
+logprob recompute, the trainer, checkpoints, the supervised warm start."""
 
 from legorl.lazy import lazy_exports
 
@@ -8,6 +9,9 @@ __all__, __getattr__, __dir__ = lazy_exports(
         "LossConfig": "legorl.training.gspo",
         "sample_loss": "legorl.training.gspo",
         "group_advantages": "legorl.training.gspo",
+        "sample_weights": "legorl.training.gspo",
+        "register_policy_loss": "legorl.training.objectives",
+        "register_advantage": "legorl.training.objectives",
         "compute_token_logprobs": "legorl.training.logprobs",
         "Trainer": "legorl.training.trainer",
     },

@@ -1,4 +1,7 @@
-"""Policy-gradient objectives: GSPO (sequence ratio), GSPO-token and GRPO (token ratio).
+"""Policy-gradient objectives: GSPO (sequence ratio), GSPO-token and GRPO (token ratio), and the
+others of the registry (:mod:`legorl.training.objectives`, ``docs/objectives.md``): Dr. GRPO, DAPO,
+CISPO, or a user's. :func:`sample_loss` computes what they share (importance weights, the KL term)
+and calls the objective's function by the name ``LossConfig.objective``.
 
 All functions take one sample's per-token tensors over its *loss-masked* positions only:
 ``logp`` (current policy π_θ, with grad), ``logp_old`` (π_old), ``logp_rollout`` (the behaviour
@@ -55,7 +58,6 @@ splitting a mini-batch into micro-batches does not change the gradient (``docs/o
 
 from __future__ import annotations
 
-import math
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -63,7 +65,10 @@ from typing import Literal
 
 import torch
 
-Objective = Literal["gspo", "gspo_token", "grpo"]
+from legorl.training.objectives import get_policy_loss, group_norm, objective_info
+from legorl.training.policy_losses import PolicyLoss
+
+Objective = str  # a name in the objectives registry (built-in: gspo, gspo_token, grpo, dr_grpo, dapo, cispo)
 LossAggregation = Literal["sample_mean", "token_mean"]
 RolloutWeighting = Literal["rollout", "sample"]
 ImportanceLevel = Literal["sequence", "token"]
@@ -80,11 +85,16 @@ class LossConfig:
     rollout_weighting: RolloutWeighting = "rollout"
     is_level: ImportanceLevel | None = None  # None: the objective's own (GRPO per token, GSPO per sequence)
     mis_cap: float | None = None  # None: no masking
+    # dr_grpo divides each sample's token sum by this constant instead of its length (Dr. GRPO uses
+    # the generation budget); a constant only rescales the gradient, so it is not a config key yet
+    norm_tokens: int = 1024
 
     @property
     def token_level_is(self) -> bool:
         """Importance weights per token (else one per sequence)."""
-        return self.is_level == "token" if self.is_level is not None else self.objective == "grpo"
+        if self.is_level is not None:
+            return self.is_level == "token"
+        return objective_info(self.objective).is_level == "token"
 
 
 @dataclass
@@ -151,18 +161,8 @@ def k3_kl(logp: torch.Tensor, logp_ref: torch.Tensor) -> torch.Tensor:
     return (torch.exp(d) - d - 1).mean()
 
 
-def group_advantages(rewards: Sequence[float], eps: float = 1e-6) -> list[float] | None:
-    """Normalise rewards within one task's group. None when the group carries no signal:
-    fewer than 2 valid rollouts or zero reward variance (callers drop env failures first)."""
-    n = len(rewards)
-    if n < 2:
-        return None
-    mean = sum(rewards) / n
-    var = sum((r - mean) ** 2 for r in rewards) / n
-    if var <= eps * eps:
-        return None
-    std = math.sqrt(var)
-    return [(r - mean) / (std + eps) for r in rewards]
+# the estimator ``group_norm`` (:mod:`legorl.training.objectives`), under its historical name
+group_advantages = group_norm
 
 
 @dataclass(frozen=True)
@@ -225,45 +225,23 @@ def sample_loss(
     if logp.numel() == 0:
         raise ValueError("sample has no loss-masked tokens")
     logp_old = logp.detach() if logp_old is None else logp_old.detach()
-    adv = torch.as_tensor(advantage, dtype=logp.dtype)
-    lo, hi = 1.0 - cfg.eps_low, 1.0 + cfg.eps_high
     kl_t: torch.Tensor | None = None
     if cfg.kl_coef > 0:
         if logp_ref is None:
             raise ValueError("kl_coef > 0 needs the reference policy's logprobs")
         kl_t = k3_kl(logp, logp_ref)
     iw = importance_weights(logp_old - logp_rollout, cfg)
-    if cfg.objective in ("gspo", "gspo_token"):
-        log_s = (logp - logp_old).mean()
-        if cfg.objective == "gspo":
-            s = torch.exp(log_s)
-            ratio = s.expand_as(logp)
-        else:
-            # GSPO-token: s_it = sg[s_i] * π(y_it) / sg[π(y_it)] — same value, per-token gradient.
-            ratio = torch.exp(log_s.detach() + logp - logp.detach())
-            s = torch.exp(log_s.detach())
-        sv = float(s.detach())
-        low = float(advantage < 0 and sv < lo)
-        high = float(advantage > 0 and sv > hi)
-        shown_ratio = sv
-    else:
-        # GRPO: token-level ratio
-        ratio = torch.exp(logp - logp_old)
-        rd = ratio.detach()
-        low = float((rd < lo).float().mean()) if advantage < 0 else 0.0
-        high = float((rd > hi).float().mean()) if advantage > 0 else 0.0
-        shown_ratio = float(rd.mean())
-    per_token = torch.minimum(ratio * adv, torch.clamp(ratio, lo, hi) * adv) * iw.weight
-    loss = -per_token.mean()
+    out: PolicyLoss = get_policy_loss(cfg.objective)(logp, logp_old, advantage, iw.weight, cfg)
+    loss = out.loss
     if kl_t is not None:
         loss = loss + cfg.kl_coef * kl_t
     return SampleLoss(
         loss,
-        shown_ratio,
-        low + high,
+        out.ratio,
+        out.clipped_low + out.clipped_high,
         float(iw.weight.mean()),
-        low,
-        high,
+        out.clipped_low,
+        out.clipped_high,
         float(kl_t.detach()) if kl_t is not None else 0.0,
         iw,
     )

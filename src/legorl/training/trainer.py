@@ -223,6 +223,7 @@ class Trainer:
             rollout_weighting=cfg.rollout_weighting,
             is_level=cfg.is_level,
             mis_cap=cfg.mis_cap,
+            norm_tokens=cfg.loss_norm_tokens,
         )
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.lr, weight_decay=0.0)
         # KL anchor: the initial policy, frozen (only kept when it is used)
