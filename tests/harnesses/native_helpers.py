@@ -6,6 +6,7 @@ with no network, traced with host-side strace, then the real grader."""
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import shutil
 import threading
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from needs import unavailable
+from wire_trace import Wire, WireTrace
 
 from legorl.config import BwrapSandboxConfig, EngineConfig
 from legorl.engines.scripted import Policy, ScriptedEngine
@@ -82,6 +84,9 @@ class LiveServer:
         except BaseException:
             self._stop_loop()
             raise
+        # the gateway's side of the wire (before the first request builds the app's middleware stack)
+        self.wire = Wire()
+        self.stack.gateway.app.add_middleware(WireTrace, sink=self.wire)
 
     def _stop_loop(self):
         self.loop.call_soon_threadsafe(self.loop.stop)
@@ -107,6 +112,13 @@ class Run:
     seconds: float
     exec_result: ExecResult
     extra: dict = field(default_factory=dict)
+    wire: Wire = field(default_factory=Wire)  # every HTTP exchange as the gateway sent it
+    launched_at: float = 0.0  # wall clock: the harness started, and ended (exited or was killed)
+    ended_at: float = 0.0
+
+    def wire_evidence(self) -> dict:
+        """The gateway's side of a run that did not finish (:meth:`Wire.evidence`)."""
+        return self.wire.evidence(self.ended_at, self.launched_at)
 
 
 def foreign_connects(connects: list[str]) -> list[str]:
@@ -115,6 +127,21 @@ def foreign_connects(connects: list[str]) -> list[str]:
 
 
 RUNTIME_TRIES = 3
+# Every retry a native-harness test made, with its reason: a warning when it happens, and counted in
+# one line at the end of the pytest run (tests/harnesses/conftest.py), so retries never go unseen.
+RETRIES: list[dict] = []
+
+
+class HarnessRetry(UserWarning):
+    """A native-harness run was run again (the reason is in the message)."""
+
+
+def note_retry(harness: str, reason: str, **evidence: object) -> None:
+    """Record one retry of a run of ``harness`` and why (``evidence``: what the run left, e.g. the
+    gateway's side of the wire from :meth:`Run.wire_evidence`)."""
+    test = os.environ.get("PYTEST_CURRENT_TEST", "?").split(" ")[0]
+    RETRIES.append({"test": test, "harness": harness, "reason": reason, **evidence})
+    warnings.warn(f"{harness}: {reason}; running it again. {evidence}", HarnessRetry, stacklevel=2)
 
 
 def run_native(
@@ -139,10 +166,7 @@ def run_native(
             run.extra["runtime_crashes"] = crashes
             return run
         crashes += 1
-        warnings.warn(
-            f"{harness.name} crashed by itself ({run.result.summary.get('cause')}); running it again",
-            stacklevel=2,
-        )
+        note_retry(harness.name, f"runtime crash: {run.result.summary.get('cause')}")
 
 
 def _run_native_once(
@@ -172,9 +196,9 @@ def _run_native_once(
         )
         trace = tmp_path / "trace.log"
         assert sandbox.start_trace(trace)
-        t0 = time.monotonic()
+        t0, launched_at = time.monotonic(), time.time()
         res = harness.launch(task, sandbox, f"http://127.0.0.1:{GATEWAY_PORT}/v1", token, budget)
-        seconds = time.monotonic() - t0
+        seconds, ended_at = time.monotonic() - t0, time.time()
         sandbox.stop_trace()
         result = harness.collect(sandbox, res, budget)
         turns = gw.session_turns(token)
@@ -189,7 +213,9 @@ def _run_native_once(
     if grade_it:
         report = grade(task, diff, backend)
         reward = report.reward
-    return Run(result, turns, samples, diff, reward, report, connects, list(engine.prompts), seconds, res)
+    run = Run(result, turns, samples, diff, reward, report, connects, list(engine.prompts), seconds, res)
+    run.wire, run.launched_at, run.ended_at = live.wire, launched_at, ended_at
+    return run
 
 
 def tool_names(prompt: str) -> list[str]:

@@ -152,6 +152,32 @@ RESULT_KEYS: dict[str, tuple[str, ...]] = {
         "warm_start_s",
         "rollouts",
     ),
+    # legorl.bench.harness.run_harness_bench
+    "harness": (
+        "harness",
+        "engine",
+        "suite",
+        "rollouts",
+        "ran_now",
+        "statuses",
+        "endings",
+        "env_failures_by_cause",
+        "env_failure_rate_not_model",
+        "hangs",
+        "runtime_crashes",
+        "runtime_crash_signals",
+        "wall_s_p50",
+        "wall_s_p95",
+        "gateway_share",
+        "engine_share",
+        "model_calls_mean",
+        "resolved_rate",
+        "reward_mean",
+        "hang_details",
+        "wall_s",
+        "results",
+        "run_dir",
+    ),
 }
 
 
