@@ -627,9 +627,7 @@ def sft_cmd(
 
         def on_step(step: int, total: int, loss: float) -> None:
             bar.update(task, completed=step, total=total, loss=loss)
-            if not bar.console.is_terminal:  # a log file gets a line per step (no live bar there)
-                bar.console.print(f"sft step {step}/{total}: loss {loss:.4f}")
-            if not err.is_terminal and (step == total or step % max(1, total // 4) == 0):
+            if not err.is_terminal:
                 err.print(f"sft: step {step}/{total}, loss {loss:.4f}")  # a log file gets lines, not a bar
 
         try:

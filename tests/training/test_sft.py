@@ -195,9 +195,12 @@ def test_sft_command_writes_a_run_that_eval_and_train_resume_accept(recorded, sa
     from legorl.models.registry import load_model
 
     tuned, same = load_model(exported), _model()
-    sft_train(same, samples, cfg.sft)  # another process: equal up to its float reduction order
-    assert torch.allclose(_weights(tuned), _weights(same), atol=1e-6)
-    assert not torch.equal(_weights(tuned), _weights(_model()))
+    sft_train(same, samples, cfg.sft)
+    # another process (another thread count): equal up to float reduction order, which Adam's
+    # normalised steps carry into the weights; that noise is far below what the fine-tune moved
+    noise = float((_weights(tuned) - _weights(same)).abs().max())
+    moved = float((_weights(tuned) - _weights(_model())).abs().max())
+    assert noise < 1e-4 and moved > 100 * noise, (noise, moved)
     # nothing can be written over it
     again = _cli("sft", str(recorded), "--out", str(out), "--config", str(config))
     assert again.returncode == 2 and "already holds a run" in again.stderr
