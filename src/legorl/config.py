@@ -10,7 +10,17 @@ import json
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from legorl.errors import ConfigError
 
@@ -292,26 +302,15 @@ class TrainerConfig(_Strict):
                 raise ValueError(f"cannot import trainer.objective_module {module!r}: {exc}") from exc
         return module
 
-    @field_validator("objective")
+    @field_validator("objective", "advantage")
     @classmethod
-    def _known_objective(cls, name: str) -> str:
-        from legorl.training.objectives import objective_names
+    def _registered(cls, name: str, info: ValidationInfo) -> str:
+        from legorl.training.objectives import advantage_names, objective_names
 
-        if name not in objective_names():
+        known = objective_names() if info.field_name == "objective" else advantage_names()
+        if name not in known:
             raise ValueError(
-                f"unknown trainer.objective {name!r}; known: {', '.join(objective_names())} "
-                "(a module named in trainer.objective_module can register more)"
-            )
-        return name
-
-    @field_validator("advantage")
-    @classmethod
-    def _known_advantage(cls, name: str) -> str:
-        from legorl.training.objectives import advantage_names
-
-        if name not in advantage_names():
-            raise ValueError(
-                f"unknown trainer.advantage {name!r}; known: {', '.join(advantage_names())} "
+                f"unknown trainer.{info.field_name} {name!r}; known: {', '.join(known)} "
                 "(a module named in trainer.objective_module can register more)"
             )
         return name
