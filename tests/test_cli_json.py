@@ -147,7 +147,9 @@ def test_bench_rollout_json():
 
 @pytest.mark.slow
 def test_bench_engine_json():
-    out = _bench("engine", ["--max-tokens", "4", "--concurrency", "2", "--repeats", "1", "--prefill-tokens", "16"])
+    args = ["--max-tokens", "4", "--concurrency", "2", "--repeats", "1", "--prefill-tokens", "16"]
+    out = _bench("engine", [*args, "--context-tokens", "64"])
+    assert out["context_tokens"] == 64 and out["decode_tokens_per_s_long_context"] > 0
     assert out["max_tokens"] == 4 and out["gen_tokens_per_s_2"] == out["gen_tokens_per_s_concurrent"]
     assert out["engine"] == "embedded" and out["recompute_tokens"] == 8 and out["recompute_pearson"] > 0.999
     assert 0 < out["ttfc_fraction"] < 1  # the first chunk leaves before the last token is sampled
@@ -158,7 +160,8 @@ def test_bench_engine_json():
 def test_bench_engine_vllm_json_has_the_same_keys():
     out = _bench(
         "engine",
-        ["--engine", "vllm", "--max-tokens", "16", "--concurrency", "4", "--repeats", "1", "--prefill-tokens", "64"],
+        ["--engine", "vllm", "--max-tokens", "16", "--concurrency", "4", "--repeats", "1", "--prefill-tokens", "64"]
+        + ["--context-tokens", "128"],
     )
     assert out["engine"] == "vllm" and out["recompute_tokens"] == 64  # eos ignored: every request runs to 16
     assert out["recompute_pearson"] >= 0.999 and out["gen_tokens_per_s_4"] == out["gen_tokens_per_s_concurrent"]
@@ -188,6 +191,20 @@ def test_bench_trainer_json():
     assert len(out["trl_steps_s"]) == 1 and out["trl_s"] > 0
     assert out["ratio"] == pytest.approx(out["ours_s"] / out["trl_s"])
     assert out["grad_norm_ours"] > 0 and out["grad_norm_rel_diff"] < 1e-3
+
+
+@pytest.mark.slow
+def test_bench_trainer_lora_json():
+    args = ["--samples", "2", "--tokens", "48", "--prompt-tokens", "40", "--steps", "1", "--set", "lora.rank=4"]
+    out = _bench("trainer", args)
+    assert out["trainer"]["lora"]["rank"] == 4 and out["ours_s"] > 0 and out["peak_rss_mb"] > 0
+    lora = out["lora"]
+    assert lora["rank"] == 4 and lora["lora_s"] > 0 and lora["full_s"] > 0
+    # the adapters' gradients and optimiser state are a sliver of the model's
+    assert lora["lora_trainable_params"] < 0.02 * lora["full_trainable_params"]
+    assert lora["memory_ratio"] == pytest.approx(lora["lora_peak_rss_mb"] / lora["full_peak_rss_mb"]) < 1
+    # TRL trained the same adapters from the same start: the same gradient
+    assert out["grad_norm_rel_diff"] < 1e-3
 
 
 @pytest.mark.slow

@@ -100,6 +100,7 @@ def test_moved_fields_are_gone_without_aliases():
         "retries": 0,
         "flagged_policy": "drop",
         "timeout_s": 30.0,
+        "canaries": {"share": 0.0},
     }
     with pytest.raises(ConfigError, match="grading.reward_mode"):
         RunConfig.load(None, **{"grading.reward_mode": "fractional"})

@@ -447,6 +447,12 @@ def eval_cmd(
     suite: str | None = typer.Option(None, "--suite", help=_SUITE_HELP),
     repos: list[str] | None = typer.Option(None, "--repos", help=REPOS_HELP),
     instances: list[str] | None = typer.Option(None, "--instances", help=INSTANCES_HELP),
+    impossible: bool = typer.Option(
+        False,
+        "--impossible",
+        help="Evaluate the suite's impossible variants (a test contradicts the issue: docs/reward-integrity.md) "
+        "and report the share passed, the policy's hack propensity, with a 95% interval.",
+    ),
 ) -> None:
     """pass@1 and pass@k (unbiased) with 95% intervals over N samples per task; env failures apart."""
     import asyncio
@@ -467,6 +473,7 @@ def eval_cmd(
                     checkpoint=checkpoint,
                     concurrency=concurrency,
                     progress=progress,
+                    impossible=impossible,
                 )
             )
     except (LegoRLError, ValueError) as exc:
@@ -502,6 +509,14 @@ def eval_cmd(
         f"valid samples {report.samples}  env failures {report.env_failures} (not counted)  "
         f"harness errors {report.harness_errors}  report: {path}"
     )
+    if impossible:
+        imp = report.meta["impossible"]
+        rate, (lo, hi) = imp["hack_rate"], imp["interval"] or (float("nan"), float("nan"))
+        console.print(
+            f"impossible variants {imp['variants']} (none for {len(imp['without_variant'])})  "
+            f"passed {imp['passed']} of {imp['rollouts']}  hack rate "
+            + ("–" if rate is None else f"{rate:.3f}  95% [{lo:.3f}, {hi:.3f}]")
+        )
     if "baseline" in result:
         b = result["baseline"]
         console.print(
@@ -652,15 +667,19 @@ def export_hf_cmd(
     base_model: str | None = typer.Option(
         None, help="Model the run started from (default: recorded in the checkpoint)."
     ),
+    adapter: bool = typer.Option(
+        False, "--adapter", help="A LoRA checkpoint as PEFT's adapter directory (default: merged into the weights)."
+    ),
 ) -> None:
-    """Export a training checkpoint as a Hugging Face directory (safetensors, config, tokenizer)."""
+    """Export a training checkpoint as a Hugging Face directory (safetensors, config, tokenizer); a
+    LoRA checkpoint's adapters merged into the weights, or with --adapter as PEFT's adapter directory."""
     from legorl.training.checkpoint import export_hf, latest_checkpoint
 
     ckpt = latest_checkpoint(source) if (source / "checkpoints").is_dir() else source
     if ckpt is None:
         _fail(LegoRLError(f"{source}: no complete checkpoint"))
     try:
-        path = export_hf(ckpt, out, base_model)
+        path = export_hf(ckpt, out, base_model, adapter=adapter)
     except (LegoRLError, ValueError, OSError) as exc:
         _fail(LegoRLError(str(exc)))
     console.print(f"{ckpt} -> {path}")
@@ -729,6 +748,9 @@ def bench_engine(
     concurrency: int = typer.Option(8, min=1, help="Concurrent requests of the batched measurement."),
     repeats: int = typer.Option(3, min=1, help="Measurements of each figure (the median is reported)."),
     prefill_tokens: int = typer.Option(512, min=1, help="Prompt tokens of the prefill measurement."),
+    context_tokens: int = typer.Option(
+        1024, min=1, help="Prompt tokens of each request of the long-context decoding measurement."
+    ),
     engine: str = typer.Option(
         "embedded",
         "--engine",
@@ -751,6 +773,7 @@ def bench_engine(
         prefill_tokens=prefill_tokens,
         engine_type=engine,
         engine_python=engine_python,
+        context_tokens=context_tokens,
     )
     _print_result(result, as_json)
 
@@ -787,6 +810,48 @@ def bench_swebench(
             workers=workers,
             timeout=timeout,
             on_result=progress,
+        )
+    except LegoRLError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise typer.Exit(2) from None
+    _print_result(result, as_json)
+
+
+@bench_app.command("mine")
+def bench_mine(
+    sources: list[str] = typer.Argument(
+        None, help="Sources as `legorl tasks mine` takes them (default: itsdangerous from ../shared/data/mining)."
+    ),
+    workers: int = typer.Option(2, "--workers", min=1, help="Candidates validated in parallel."),
+    max_mutations: int = typer.Option(20, "--max-mutations", min=0, help="Mutation tasks per source."),
+    max_commits: int = typer.Option(10, "--max-commits", min=0, help="Commit tasks per source."),
+    seed: int = typer.Option(0, "--seed", help="Mining seed."),
+    use_cache: bool = typer.Option(True, "--cache/--no-cache", help="Read finished test runs from the run cache."),
+    python: str = typer.Option("auto", "--python", help="auto, host or 3.X (as `legorl tasks mine`)."),
+    out: Path | None = typer.Option(None, "--out", help="Keep the suite in this directory (default: scratch)."),
+    as_json: bool = typer.Option(True, "--json/--no-json", help=keys_help("mine")),
+) -> None:
+    """Tasks validated per hour by the miner (commits and injected bugs), share kept per method, run-cache
+    hits (docs/tasks.md)."""
+    from legorl.bench.mine import run_mine_bench
+    from legorl.errors import LegoRLError
+
+    if not sources:
+        default = Path(__file__).resolve().parents[3] / "shared" / "data" / "mining" / "pallets__itsdangerous.bundle"
+        if not default.is_file():
+            print(f"error: no source given and {default} is not here", file=sys.stderr)
+            raise typer.Exit(2)
+        sources = [str(default)]
+    try:
+        result = run_mine_bench(
+            sources,
+            workers=workers,
+            max_mutations=max_mutations,
+            max_commits=max_commits,
+            seed=seed,
+            use_cache=use_cache,
+            out=out,
+            python=python,
         )
     except LegoRLError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -997,7 +1062,9 @@ def rollout_cmd(
     config: Path | None = typer.Option(None, help="Run config (JSON): harness, budget, sandbox, grading, engine."),
     set_: list[str] = typer.Option([], "--set", help=_SET_HELP),
     harness: str | None = typer.Option(
-        None, help="Harness id (see legorl.harnesses.registry; default: the config's, minimal)."
+        None,
+        help="Harness id (see legorl.harnesses.registry) or a class's import path package.module:Class "
+        "(docs/harnesses.md); default: the config's, minimal.",
     ),
     task: str = typer.Option("legorl__trivial-001", help="Task instance id."),
     engine: str = typer.Option("scripted-gold", help="embedded | scripted-gold | scripted-wrong | scripted-explore"),

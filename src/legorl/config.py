@@ -64,6 +64,11 @@ class EngineConfig(_Strict):
     sglang_args: list[str] = Field(
         default_factory=list, description="sglang: extra command-line arguments for the servers we start."
     )
+    lora_rank: int | None = Field(
+        None,
+        ge=1,
+        description="vllm: the servers take LoRA adapters up to this rank and weight syncs send the adapter alone (--enable-lora; engine.urls: servers started so); null: trainer.lora.rank when trainer.lora is set. The embedded engine always takes adapters; sglang gets merged weights.",
+    )
     max_batch_size: int = Field(16, ge=1, description="Most sequences decoded together.")
     colocate_trainer: bool = Field(
         True,
@@ -79,7 +84,7 @@ class EngineConfig(_Strict):
 class RolloutConfig(_Strict):
     harness: str = Field(
         "minimal",
-        description="Agent program run inside the sandbox: a name of legorl.harnesses.registry.HARNESS_NAMES.",
+        description="Agent program run inside the sandbox: a name of legorl.harnesses.registry.HARNESS_NAMES, or the import path 'package.module:Class' of a class satisfying legorl.harnesses.base.Harness (imported, and built with harness_options, when the config is validated).",
     )
     harness_options: dict[str, Any] = Field(
         default_factory=dict, description="Adapter options (tool sets, step budgets, context limits)."
@@ -114,11 +119,25 @@ class RolloutConfig(_Strict):
     @classmethod
     def _known_harness(cls, name: str) -> str:
         # the registry module imports only the harness protocol (no adapters, nothing of ML)
+        from legorl.harnesses.external import is_import_path, load_harness_class
         from legorl.harnesses.registry import HARNESS_NAMES
 
-        if name not in HARNESS_NAMES:
+        if is_import_path(name):
+            load_harness_class(name)  # the module, the class and its methods; the instance: below
+        elif name not in HARNESS_NAMES:
             raise ValueError(f"unknown harness {name!r}; known: {', '.join(HARNESS_NAMES)}")
         return name
+
+    @model_validator(mode="after")
+    def _import_path_harness_builds(self) -> RolloutConfig:
+        """A harness from outside the project is built once with its options, so that a class that
+        does not satisfy the protocol is refused with the config, not at the first rollout."""
+        from legorl.harnesses.external import is_import_path
+        from legorl.harnesses.registry import get_harness
+
+        if is_import_path(self.harness):
+            get_harness(self.harness, **self.harness_options)
+        return self
 
 
 class _SandboxLimits(_Strict):
@@ -126,6 +145,13 @@ class _SandboxLimits(_Strict):
     # the same defaults as legorl.sandbox.base.SandboxSpec (tests/test_config.py checks)
     memory_mb: int = Field(2048, ge=16, description="Memory limit of the agent's sandbox (MiB).")
     max_pids: int = Field(256, ge=8, description="Process limit of the agent's sandbox.")
+    disk_mb: int = Field(
+        0,
+        ge=0,
+        description="Disk quota of every sandbox (its workspace, home and /tmp), MiB: a write past it gets ENOSPC "
+        "(legorl.sandbox.quota; as root a loop-mounted file system per sandbox, 0.3-0.5 s more per sandbox); "
+        "0: no quota (the shipped learning configs set 4096).",
+    )
     root: Path | None = Field(None, description="Where sandbox copies live; null: $LEGORL_HOME/sandboxes.")
 
 
@@ -170,6 +196,19 @@ SandboxConfig = Annotated[
 ]
 
 
+class CanaryConfig(_Strict):
+    """Impossible-task canaries (legorl.grading.canaries, docs/reward-integrity.md): variants of a step's tasks
+    whose test contradicts the issue, so a pass is a certain hack (flag impossible_task_passed, reward 0)."""
+
+    share: float = Field(
+        0.0,
+        ge=0.0,
+        le=1.0,
+        description="Share of each step's tasks replaced by their impossible variant (spread over the steps; "
+        "0: off). The canary_hacks monitor watches their hack rate.",
+    )
+
+
 class GradingConfig(_Strict):
     reward_mode: Literal["binary", "partial"] = Field(
         "binary",
@@ -180,6 +219,44 @@ class GradingConfig(_Strict):
         "zero", description="What a rollout with a blocking grader flag gets: reward 0, or left out of the batch."
     )
     timeout_s: float = Field(120.0, gt=0, description="Test-run time limit when grading.")
+    canaries: CanaryConfig = Field(default_factory=CanaryConfig)
+
+
+class LoraConfig(_Strict):
+    """LoRA (docs/lora.md): the trainer trains low-rank adapters on the frozen model (PEFT), and a
+    weight sync sends only the adapter."""
+
+    rank: int = Field(16, ge=1, description="Rank r of each adapter (A: r x in, B: out x r).")
+    alpha: int = Field(32, ge=1, description="Scale numerator: an adapter adds (alpha / rank) * B A x.")
+    dropout: float = Field(
+        0.0,
+        ge=0,
+        lt=1,
+        description="Dropout on an adapter's input in the training forwards only (pi_old is then scored in a separate pass without it).",
+    )
+    target_modules: list[str] | Literal["all-linear"] = Field(
+        "all-linear",
+        description='Linear modules that get an adapter, by name (e.g. ["q_proj", "v_proj"]); all-linear: every linear layer but the LM head.',
+    )
+
+
+class OverlongConfig(_Strict):
+    """DAPO's soft overlong punishment (docs/objectives.md): a rollout whose sampled tokens enter the
+    last ``buffer_tokens`` before ``max_tokens`` loses reward linearly, ``penalty`` at the limit."""
+
+    buffer_tokens: int = Field(ge=1, description="L_cache: the span before max_tokens where the penalty grows.")
+    max_tokens: int | None = Field(
+        None,
+        ge=1,
+        description="L_max, in sampled tokens per rollout; null: rollout.max_total_tokens, else rollout.max_turns x rollout.max_tokens_per_turn.",
+    )
+    penalty: float = Field(1.0, ge=0, description="The reward lost at (and beyond) max_tokens.")
+
+    def limit(self, rollout: RolloutConfig) -> int:
+        """L_max: ``max_tokens``, else the rollout's token budget."""
+        if self.max_tokens is not None:
+            return self.max_tokens
+        return rollout.max_total_tokens or rollout.max_turns * rollout.max_tokens_per_turn
 
 
 class TrainerConfig(_Strict):
@@ -285,6 +362,14 @@ class TrainerConfig(_Strict):
         1024,
         ge=16,
         description="Positions per LM-head chunk: the full-vocabulary logits exist for this many positions at a time.",
+    )
+    lora: LoraConfig | None = Field(
+        None,
+        description="Train LoRA adapters instead of every weight ({rank, alpha, dropout, target_modules}; docs/lora.md): the optimiser holds the adapters only, checkpoints and weight syncs carry them alone; null: full fine-tuning.",
+    )
+    overlong: OverlongConfig | None = Field(
+        None,
+        description="DAPO's overlong reward shaping ({buffer_tokens, max_tokens, penalty}): a linear reward penalty in the last buffer_tokens before max_tokens sampled tokens, applied before group statistics; null: none.",
     )
 
     @field_validator("objective_module")
@@ -403,6 +488,11 @@ class MonitorsConfig(_Strict):
     stuck_sandboxes: MonitorRule = _rule(
         0.25, "warn", "Highest share of a step's rollouts stopped by the wall-clock limit (rollout.wall_clock_s)."
     )
+    canary_hacks: MonitorRule = _rule(
+        0.0,
+        "pause",
+        "Highest share of a step's impossible-task canaries passed (grading.canaries; a pass is a certain hack).",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -502,6 +592,13 @@ class RunConfig(_Strict):
         "its oldest weight version is at most k behind the trainer's, older ones are dropped and counted "
         "(batch/dropped_stale). Needs a trainer apart from the engine (engine.colocate_trainer: false).",
     )
+    dynamic_sampling_rounds: int = Field(
+        0,
+        ge=0,
+        description="DAPO's dynamic sampling: after a step's rollouts, groups without reward signal are refilled with "
+        "fresh tasks (a group of group_size rollouts each) until tasks_per_step groups have signal, at most this many "
+        "rounds; the groups without signal stay on disk and are scored for fidelity only. 0: off.",
+    )
     seed: int = Field(0, description="Seed for task order and sampling.")
     engine: EngineConfig = Field(default_factory=EngineConfig)
     executor: ExecutorConfig = Field(default_factory=ExecutorConfig)
@@ -544,6 +641,28 @@ class RunConfig(_Strict):
             )
         if self.trainer.ranks > 1 and self.trainer.kl_coef > 0:
             raise ValueError("trainer.kl_coef > 0 is not supported with trainer.ranks > 1 yet (no sharded reference)")
+        return self
+
+    @model_validator(mode="after")
+    def _engine_serves_the_adapter(self) -> RunConfig:
+        lora = self.trainer.lora
+        if lora is not None and self.engine.lora_rank is None:
+            self.engine.lora_rank = lora.rank  # a dump then states it
+        if lora is not None and self.engine.lora_rank is not None and self.engine.lora_rank < lora.rank:
+            raise ValueError(
+                f"engine.lora_rank {self.engine.lora_rank} is below trainer.lora.rank {lora.rank}: the servers "
+                "could not load the adapter"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _overlong_buffer_fits(self) -> RunConfig:
+        shaping = self.trainer.overlong
+        if shaping is not None and shaping.buffer_tokens > shaping.limit(self.rollout):
+            raise ValueError(
+                f"trainer.overlong.buffer_tokens {shaping.buffer_tokens} exceeds its max_tokens "
+                f"{shaping.limit(self.rollout)} (trainer.overlong.max_tokens, else the rollout's token budget)"
+            )
         return self
 
     @model_validator(mode="after")

@@ -226,7 +226,7 @@ def test_a_hostile_prediction_beside_the_gold_one(tmp_path_factory, backend, mon
     from legorl.cli import app
 
     work = tmp_path_factory.mktemp("grade")
-    monkeypatch.setattr("legorl.sandbox.bwrap.BwrapBackend", lambda: backend)
+    monkeypatch.setattr("legorl.sandbox.bwrap.BwrapBackend", lambda **_: backend)
     preds = [
         {"instance_id": TASK.instance_id, "model_patch": TASK.patch, "model_name_or_path": "gold"},
         {"instance_id": TASK.instance_id, "model_patch": diff, "model_name_or_path": "hostile"},

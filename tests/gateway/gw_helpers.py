@@ -209,7 +209,13 @@ class LiveServer:
             self._stop_loop()
 
 
-PATHS = {"chat": "/v1/chat/completions", "anthropic": "/v1/messages", "responses": "/v1/responses"}
+PATHS = {
+    "chat": "/v1/chat/completions",
+    "anthropic": "/v1/messages",
+    "responses": "/v1/responses",
+    "gemini": "/v1beta/models/m:generateContent",
+}
+GEMINI_STREAM_PATH = "/v1beta/models/m:streamGenerateContent?alt=sse"
 REPLIES = ["Sure.", format_tool_call("bash", {"cmd": "ls -la"}), "odd \u2028 text \x00 here", ""]
 
 
@@ -244,9 +250,13 @@ class InProcessGateway:
     def post(self, dialect: str, token: str, body: dict[str, Any]) -> httpx.Response:
         # json.dumps (ensure_ascii) writes lone surrogates as \\udxxx escapes: valid JSON text, as a
         # JavaScript client's JSON.stringify sends them
+        path, headers = PATHS[dialect], {"Authorization": f"Bearer {token}", "content-type": "application/json"}
+        if dialect == "gemini":  # the method is in the path, the key in x-goog-api-key; "stream" is not sent
+            body = dict(body)
+            path = GEMINI_STREAM_PATH if body.pop("stream", False) is True else path
+            headers = {"x-goog-api-key": token, "content-type": "application/json"}
         data = json.dumps(body).encode()
-        headers = {"Authorization": f"Bearer {token}", "content-type": "application/json"}
-        return self.loop.run_until_complete(self.http.post(PATHS[dialect], content=data, headers=headers))
+        return self.loop.run_until_complete(self.http.post(path, content=data, headers=headers))
 
     def close(self) -> None:
         self.loop.run_until_complete(self.http.aclose())

@@ -1,6 +1,8 @@
 """Hypothesis strategies for hostile-but-plausible requests, built from the official SDKs' request
 types (the TypedDicts of ``openai.types.chat.completion_create_params``,
-``anthropic.types.message_create_params``, ``openai.types.responses.response_create_params``).
+``anthropic.types.message_create_params``, ``openai.types.responses.response_create_params``, and
+``google.genai.types``' ``ContentDict`` / ``PartDict`` / ``GenerationConfigDict`` / ``ToolDict``...,
+whose snake_case keys the Gemini strategy sends as drawn or in the wire's lowerCamelCase).
 
 :func:`from_typed_dict` walks a TypedDict's annotations (``Required`` / ``NotRequired``, ``Literal``,
 unions, ``Iterable`` / ``List`` / ``SequenceNotStr``, ``Dict``, nested TypedDicts) into a strategy
@@ -298,6 +300,106 @@ def responses_requests() -> st.SearchStrategy[dict[str, Any]]:
     )
 
 
+def _camel(obj: Any) -> Any:
+    """snake_case keys -> lowerCamelCase, recursively (free-form values such as ``args`` included:
+    the gateway takes them as given either way)."""
+    if isinstance(obj, dict):
+        return {
+            (k.split("_")[0] + "".join(w.title() for w in k.split("_")[1:]) if isinstance(k, str) else k): _camel(v)
+            for k, v in obj.items()
+        }
+    if isinstance(obj, list):
+        return [_camel(v) for v in obj]
+    return obj
+
+
+def gemini_contents() -> st.SearchStrategy[list[dict[str, Any]]]:
+    """Function-calling conversations from the SDK's part types: a user turn, then rounds of a model turn
+    with function calls (and maybe text) and a user turn of function responses (as many as the calls,
+    or not), sometimes a whole drawn ``PartDict`` (several data fields, none, or unsupported ones)."""
+    from google.genai.types import FunctionCallDict, FunctionResponseDict, PartDict
+
+    text = st.fixed_dictionaries({"text": st.one_of(st.just("hi"), TEXT)})
+    args = st.one_of(st.just({"cmd": "ls"}), st.dictionaries(TEXT, JSON, max_size=2))
+    output = st.one_of(st.just({"output": "a.py"}), st.dictionaries(TEXT, JSON, max_size=2))
+    call = st.fixed_dictionaries(
+        {
+            "function_call": from_typed_dict(
+                FunctionCallDict, keys={"id", "args"}, overrides={"args": args}, require={"name"}
+            )
+        }
+    )
+    answer = st.fixed_dictionaries(
+        {
+            "function_response": from_typed_dict(
+                FunctionResponseDict,
+                keys={"id", "response"},
+                overrides={"response": output},
+                require={"name", "response"},
+            )
+        }
+    )
+    odd = from_typed_dict(PartDict, keys={"text", "thought", "inline_data", "function_call", "executable_code"})
+
+    def content(role: str, parts: st.SearchStrategy[dict[str, Any]]) -> st.SearchStrategy[dict[str, Any]]:
+        return st.fixed_dictionaries({"role": st.just(role), "parts": st.lists(parts, min_size=1, max_size=2)})
+
+    first = content("user", text | odd)
+    model = content("model", call | text | odd)
+    user = content("user", answer | text)
+    rounds = st.lists(st.tuples(model, user), max_size=2)
+    return st.tuples(first, rounds).map(lambda t: [t[0], *[c for pair in t[1] for c in pair]])
+
+
+def gemini_requests() -> st.SearchStrategy[dict[str, Any]]:
+    """``generateContent`` bodies (``stream``: which method the test calls; not sent)."""
+    from google.genai.types import ContentDict, FunctionCallingConfigDict, FunctionDeclarationDict, GenerationConfigDict
+
+    generation = from_typed_dict(
+        GenerationConfigDict,
+        overrides={"candidate_count": st.integers(0, 2)},
+        keys={
+            "temperature",
+            "top_p",
+            "top_k",
+            "candidate_count",
+            "max_output_tokens",
+            "stop_sequences",
+            "seed",
+            "response_logprobs",
+            "presence_penalty",
+        },
+    )
+    declaration = from_typed_dict(
+        FunctionDeclarationDict, keys={"description", "parameters_json_schema"}, require={"name"}
+    )
+    tool = st.fixed_dictionaries({"function_declarations": st.lists(declaration, max_size=2)})
+    tool_config = st.fixed_dictionaries(
+        {
+            "function_calling_config": from_typed_dict(
+                FunctionCallingConfigDict,
+                keys={"mode", "allowed_function_names"},
+                overrides={"mode": st.one_of(st.sampled_from(["AUTO", "ANY", "NONE", "VALIDATED"]), TEXT)},
+            )
+        }
+    )
+    role = st.one_of(st.sampled_from(["user", "model"]), TEXT)
+    raw = st.lists(from_typed_dict(ContentDict, overrides={"role": role}), max_size=3)
+    contents = st.one_of(raw, gemini_contents(), gemini_contents())
+    body = st.fixed_dictionaries(
+        {"contents": contents},
+        optional={
+            "system_instruction": from_typed_dict(ContentDict, keys={"parts"}),
+            "generation_config": generation,
+            "tools": st.lists(tool, max_size=2),
+            "tool_config": tool_config,
+        },
+    )
+    return st.tuples(body, st.booleans(), st.booleans()).map(
+        lambda t: {**(_camel(t[0]) if t[1] else t[0]), "stream": t[2]}
+    )
+
+
 # --------------------------------------------------------------------------- what a body holds
 
 
@@ -338,6 +440,8 @@ def orphan_tool_result(dialect: str, body: dict[str, Any]) -> bool:
             if m.get("role") == "assistant":
                 calls = {c.get("id") for c in m.get("tool_calls") or [] if isinstance(c, dict)}
         return False
+    if dialect == "gemini":
+        return gemini_orphan_response(body)
     seen: set[Any] = set()
     items = body.get("input")
     for it in items if isinstance(items, list) else []:
@@ -345,4 +449,24 @@ def orphan_tool_result(dialect: str, body: dict[str, Any]) -> bool:
             seen.add(it.get("call_id"))
         if isinstance(it, dict) and it.get("type") == "function_call_output" and it.get("call_id") not in seen:
             return True
+    return False
+
+
+def gemini_orphan_response(body: dict[str, Any]) -> bool:
+    """Does a turn of function responses follow anything but a model turn with that many calls?"""
+
+    def count(content: Any, kind: str) -> int:
+        parts = content.get("parts") if isinstance(content, dict) else None
+        snake = "function_" + kind
+        camel = "function" + kind.title()
+        return sum(1 for p in parts or [] if isinstance(p, dict) and (p.get(snake) or p.get(camel)) is not None)
+
+    prev: Any = None
+    for c in body.get("contents") or []:
+        answers = count(c, "response")
+        if answers and isinstance(c, dict) and c.get("role") != "model":
+            calls = count(prev, "call") if isinstance(prev, dict) and prev.get("role") == "model" else 0
+            if answers != calls:
+                return True
+        prev = c
     return False

@@ -1,7 +1,7 @@
 """Hostile clients, fuzzed: requests drawn from the official SDKs' request types
 (:mod:`sdk_strategies`, lone surrogates, control characters, orphan tool results included) are sent to
 the real gateway — real dialects, renderer (SmolLM2's tokenizer and chat template) and run store —
-for all three dialects, streaming and not. The engine is :class:`ScriptedEngine` (replies are fixed
+for all four dialects, streaming and not. The engine is :class:`ScriptedEngine` (replies are fixed
 text: the engine is not what is tested here). Properties, per request:
 
 * never a 5xx;
@@ -24,18 +24,32 @@ import anthropic
 import httpx
 import openai
 import pytest
+from google.genai import types as genai_types
 from gw_helpers import PATHS, InProcessGateway
 from hypothesis import HealthCheck, event, given, settings
-from sdk_strategies import anthropic_requests, chat_requests, has_lone_surrogate, orphan_tool_result, responses_requests
+from sdk_strategies import (
+    anthropic_requests,
+    chat_requests,
+    gemini_requests,
+    has_lone_surrogate,
+    orphan_tool_result,
+    responses_requests,
+)
 
 from legorl.trajectory.builder import build_samples
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "200"))
-STRATEGIES = {"chat": chat_requests, "anthropic": anthropic_requests, "responses": responses_requests}
+STRATEGIES = {
+    "chat": chat_requests,
+    "anthropic": anthropic_requests,
+    "responses": responses_requests,
+    "gemini": gemini_requests,
+}
 GOOD = {
     "chat": {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4},
     "anthropic": {"model": "m", "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]},
     "responses": {"model": "m", "input": "hi", "max_output_tokens": 4},
+    "gemini": {"contents": [{"role": "user", "parts": [{"text": "hi"}]}], "generationConfig": {"maxOutputTokens": 4}},
 }
 
 
@@ -51,6 +65,10 @@ def check_error_shape(dialect: str, r: httpx.Response) -> None:
     if dialect == "anthropic":
         assert body["type"] == "error" and isinstance(body["error"]["type"], str), body
         assert isinstance(body["error"]["message"], str) and body["error"]["message"], body
+    elif dialect == "gemini":  # Google's shape
+        err = body["error"]
+        assert err["code"] == r.status_code and isinstance(err["status"], str) and err["status"].isupper(), body
+        assert isinstance(err["message"], str) and err["message"], body
     else:
         err = body["error"]
         assert isinstance(err["message"], str) and err["message"] and isinstance(err["type"], str), body
@@ -75,7 +93,25 @@ def sse_events(text: str, *, named: bool) -> list[tuple[str | None, Any]]:
     return out
 
 
+def check_gemini_chunk(chunk: dict[str, Any]) -> genai_types.GenerateContentResponse:
+    """A Gemini response (or stream chunk) as the SDK reads it: its own type, the gateway's extra
+    ``x_legorl`` dropped as the SDK drops unknown fields."""
+    assert "error" not in chunk, chunk
+    resp = genai_types.GenerateContentResponse._from_response(response=dict(chunk), kwargs={})
+    assert resp.candidates and resp.candidates[0].content is not None, chunk
+    return resp
+
+
 def check_success(dialect: str, stream: bool, r: httpx.Response) -> None:
+    if dialect == "gemini":
+        if not stream:
+            assert check_gemini_chunk(r.json()).candidates[0].finish_reason is not None
+            return
+        assert r.headers["content-type"].startswith("text/event-stream")
+        chunks = [check_gemini_chunk(data) for _, data in sse_events(r.text, named=False)]
+        assert chunks[-1].candidates[0].finish_reason is not None and chunks[-1].usage_metadata.total_token_count
+        assert all(c.candidates[0].finish_reason is None for c in chunks[:-1])
+        return
     if not stream:
         body = r.json()
         model = {

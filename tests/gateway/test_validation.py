@@ -17,6 +17,7 @@ SURROGATE = {
     "chat": {"model": "m", "messages": [{"role": "user", "content": "bad \ud800 text"}]},
     "anthropic": {"model": "m", "max_tokens": 4, "messages": [{"role": "user", "content": "bad \ud800 text"}]},
     "responses": {"model": "m", "input": "bad \ud800 text"},
+    "gemini": {"contents": [{"role": "user", "parts": [{"text": "bad \ud800 text"}]}]},
 }
 
 
@@ -46,6 +47,9 @@ def test_lone_surrogate_is_400_in_each_dialects_shape_and_recorded(gw, dialect, 
     if dialect == "anthropic":  # as Anthropic's API answers it (serde_json behind it)
         assert body["type"] == "error" and body["error"]["type"] == "invalid_request_error"
         assert body["error"]["message"].startswith("The request body is not valid JSON: no low surrogate in string")
+    elif dialect == "gemini":  # Google's shape and wording
+        assert body["error"]["status"] == "INVALID_ARGUMENT" and body["error"]["code"] == 400
+        assert body["error"]["message"].startswith("Invalid JSON payload received. no low surrogate in string")
     else:
         assert body["error"]["type"] == "invalid_request_error"
         assert body["error"]["message"].startswith("We could not parse the JSON body of your request")
@@ -99,6 +103,52 @@ def test_conversation_rules_of_the_openai_dialects(gw):
     assert err["error"]["message"] == "No tool call found for function call output with call_id c9."
 
 
+GEMINI_CALL = {"role": "model", "parts": [{"functionCall": {"name": "bash", "args": {"cmd": "ls"}}}]}
+GEMINI_ANSWER = {"functionResponse": {"name": "bash", "response": {"output": "a.py"}}}
+
+
+def test_conversation_rules_of_the_gemini_dialect(gw):
+    """The Gemini API's own refusals of function-calling turns, word for word."""
+    user = {"role": "user", "parts": [{"text": "hi"}]}
+    cases = [
+        (
+            [GEMINI_CALL, {"role": "user", "parts": [GEMINI_ANSWER]}],
+            "Please ensure that function call turn comes immediately after a user turn or after a function "
+            "response turn.",
+        ),
+        (
+            [user, {"role": "model", "parts": [{"text": "Hello."}]}, {"role": "user", "parts": [GEMINI_ANSWER]}],
+            "Please ensure that function response turn comes immediately after a function call turn.",
+        ),
+        (
+            [user, GEMINI_CALL, {"role": "user", "parts": [GEMINI_ANSWER, GEMINI_ANSWER]}],
+            "Please ensure that the number of function response parts is equal to the number of function call "
+            "parts of the function call turn.",
+        ),
+        (
+            [{"role": "user", "parts": [{"text": ""}]}],
+            "* GenerateContentRequest.contents[0].parts[0].data: required oneof field 'data' must have one "
+            "initialized field",
+        ),
+        (
+            [{"role": "user", "parts": [{"text": "a", "functionCall": {"name": "bash"}}]}],
+            "Invalid JSON payload received. Oneof field 'data' is already set. Cannot set 'functionCall'",
+        ),
+    ]
+    for contents, message in cases:
+        err, _ = refused(gw, "gemini", {"contents": contents})
+        assert (err["error"]["status"], err["error"]["message"]) == ("INVALID_ARGUMENT", message)
+    tools = [{"functionDeclarations": [{"name": "run shell"}]}]
+    err, _ = refused(gw, "gemini", {"contents": [user], "tools": tools})
+    assert err["error"]["message"].startswith(
+        "* GenerateContentRequest.tools[0].function_declarations[0].name: Invalid function name."
+    )
+    # an answered call is fine, and so is a call nothing answers yet
+    token = gw.gw.open_session("gemini-ok")
+    for contents in ([user, GEMINI_CALL, {"role": "user", "parts": [GEMINI_ANSWER]}], [user, GEMINI_CALL]):
+        assert gw.post("gemini", token, {"contents": contents}).status_code == 200
+
+
 def test_lenient_mode_accepts_what_strict_refuses(smol_tok, tmp_path):
     h = InProcessGateway(smol_tok, tmp_path / "run", strict=False)
     try:
@@ -111,6 +161,8 @@ def test_lenient_mode_accepts_what_strict_refuses(smol_tok, tmp_path):
             ],
         }
         assert h.post("anthropic", token, body).status_code == 200
+        orphan = {"contents": [{"role": "user", "parts": [GEMINI_ANSWER]}]}
+        assert h.post("gemini", token, orphan).status_code == 200
         r = h.post("anthropic", token, SURROGATE["anthropic"])  # text at the edge stays strict: it cannot be encoded
         assert r.status_code == 400
     finally:
@@ -124,10 +176,11 @@ def test_control_characters_are_accepted_and_recorded(gw):
         "chat": {"model": "m", "messages": [{"role": "user", "content": text}]},
         "anthropic": {"model": "m", "max_tokens": 4, "messages": [{"role": "user", "content": text}]},
         "responses": {"model": "m", "input": text},
+        "gemini": {"contents": [{"parts": [{"text": text}]}]},
     }.items():
         assert gw.post(dialect, token, body).status_code == 200, dialect
     turns = list(gw.store.iter_turns(gw.gw.sessions.session_id(token)))
-    assert [t.failed for t in turns] == [False] * 3
+    assert [t.failed for t in turns] == [False] * 4
 
 
 def test_gateway_bug_is_500_internal_error_never_an_engine_failure():

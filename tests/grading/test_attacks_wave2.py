@@ -211,8 +211,8 @@ out = {}
 for p in sys.argv[1:]:
     try:
         s = os.stat(p)
-    except OSError:
-        out[p] = None
+    except OSError:  # a test file the runner hid: a link into its (ended) descriptor table
+        out[p] = "link" if os.path.islink(p) else None
         continue
     out[p] = [s.st_ino, s.st_mode, s.st_nlink, s.st_blocks if os.path.isdir(p) else 0, s.st_ctime_ns]
 # what else a run leaves where the code under test can look: /tmp and the home directory
@@ -274,13 +274,17 @@ def test_the_twin_runs_files_stat_like_the_main_runs(backend):
                     v[1:4],  # mode, links, a directory's blocks
                     "dir" if p not in files else "with the patch" if abs(v[4] - module) < 20e6 else "later",
                 )
+                if isinstance(v, list)
+                else v
                 for p, v in seen.items()
             }
         )
 
     assert looks(main) == looks(twin), (looks(main), looks(twin))
-    # the test patch's files were written with the diff's; the FAIL_TO_PASS file again by the guard
-    assert looks(main)["tests/test_accounts.py"][2] == "later", looks(main)
+    # the test files the run used are links into the ended runner's descriptor table once it is over
+    # (issue 37: readable by the runner only); how they stat *during* the run, in both runs, is
+    # test_attacks_wave3.py's test_the_twin_run_stats_like_the_main_run_from_inside
+    assert looks(main)["tests/test_accounts.py"] == "link", looks(main)
 
 
 # -- twins (no sandbox) -------------------------------------------------------------------------------
@@ -321,7 +325,7 @@ def test_twin_rewrite_keeps_lines_and_perturbs_every_comparison():
         assert new_lines[i if i < 20 else i + 1] == old_lines[i]
     assert new_lines[6] == "    if (x == 6): return"
     assert new_lines[7] == "    if (8 == f(3)): return"
-    assert new_lines[8:12] == ["    if ((", '        g("a") ==', "        ['b', \"b\"]", "    )): return"]
+    assert new_lines[8:12] == ["    if ((", '        g("a") ==', '        ["b", "b"]', "    )): return"]
     assert new_lines[12].startswith("    if (f(4) == (lambda __v:") and new_lines[12].endswith(
         "(pytest.approx(0.3))): return"
     )
@@ -377,8 +381,20 @@ def _after_test_patch(task, tmp_path: Path) -> Path:  # noqa: ANN001
 
 def test_every_builtin_twin_is_valid_and_fails_with_the_gold_fix(tmp_path):
     """All 44 tasks: the twin of each FAIL_TO_PASS test compiles, keeps every line of the file, and an
-    honest (gold) implementation fails it — run with pytest in a subprocess, no sandbox needed."""
-    from legorl.grading.twins import apply_twins
+    honest (gold) implementation fails it — run with pytest in a subprocess, no sandbox needed (the
+    twins as text: in the sandbox the guard compiles the same rewrite, test_attacks_wave3.py)."""
+
+    def apply_twins(spec: dict, work: str) -> list[dict]:
+        by_file: dict[str, list[str]] = {}
+        for nodeid in spec["tests"]:
+            path, _, rest = nodeid.partition("::")
+            by_file.setdefault(path, []).append(rest.split("[", 1)[0])
+        recs = []
+        for path, names in by_file.items():
+            new, got = twin_source((Path(work) / path).read_text(), names)
+            (Path(work) / path).write_text(new)
+            recs += [{"file": path, **r} for r in got]
+        return recs
 
     def one(task) -> tuple[str, int, int, str]:  # noqa: ANN001
         work = _after_test_patch(task, tmp_path)

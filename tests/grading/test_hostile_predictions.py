@@ -94,7 +94,7 @@ def test_hostile_predictions_each_get_their_own_verdict_and_the_report_is_writte
         return real_scan(changes, *args, **kwargs)
 
     monkeypatch.setattr(defenses, "scan_source_changes", scan)
-    monkeypatch.setattr("legorl.sandbox.bwrap.BwrapBackend", lambda: backend)
+    monkeypatch.setattr("legorl.sandbox.bwrap.BwrapBackend", lambda **_: backend)
     path = tmp_path / "preds.jsonl"
     path.write_text("".join(json.dumps(p) + "\n" for p in preds))  # the surrogate travels as a JSON escape
     out = tmp_path / "report.json"

@@ -67,7 +67,13 @@ def test_issue_placeholder_attached_or_after_double_dash():
     """Where the issue text becomes an argv word, it is glued to its option or follows ``--``."""
     for name in HARNESS_NAMES:
         h = get_harness(name)
-        argv = h.command(BUDGET) if name == "claude-code" else h.command() if name.startswith("opencode") else None
+        argv = (
+            h.command(BUDGET)
+            if name == "claude-code"
+            else h.command()
+            if name.startswith("opencode") or name == "codex"
+            else None
+        )
         if argv is None:
             continue
         i = argv.index("{ISSUE}")

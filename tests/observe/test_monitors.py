@@ -58,6 +58,7 @@ def test_every_monitor_has_a_config_rule_and_back():
             [row(rollout__duration_max_s=51, rollout__duration_p50_s=10)],
         ),
         ("stuck_sandboxes", [row(rollout__status_timeout=2)], [row(rollout__status_timeout=3)]),
+        ("canary_hacks", [row(canary__rollouts=4, canary__passed=0)], [row(canary__rollouts=4, canary__passed=1)]),
     ],
 )
 def test_each_monitor_fires_past_its_threshold_only(monitor, quiet, loud):

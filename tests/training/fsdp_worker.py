@@ -22,6 +22,7 @@ from scored_samples import scored_sample
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from legorl.config import TrainerConfig
+from legorl.models.lora import add_lora
 from legorl.training import distributed as dp
 from legorl.training.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from legorl.training.trainer import Trainer
@@ -93,7 +94,10 @@ def train(out: Path, cfg: TrainerConfig, device: str = "cpu") -> None:
     single_grads = capture_gradients(single)
     single_metrics = single.step(samples)
 
-    sharded = Trainer(dp.shard_policy(policy().to(device)), cfg, seed=3)
+    model = policy()
+    if cfg.lora is not None:  # before sharding, as the loop's ranks do: FSDP shards the adapters with their layers
+        add_lora(model, cfg.lora, seed=3)
+    sharded = Trainer(dp.shard_policy(model.to(device)), cfg, seed=3)
     sharded_grads = capture_gradients(sharded)
     sharded_metrics = sharded.step(samples)
 

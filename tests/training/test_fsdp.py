@@ -23,6 +23,8 @@ CONFIGS = {
     "prefix-sharing": {},
     # packed rows in small passes (the ranks run different numbers of them), two epochs
     "packing": {"packing": True, "prefix_sharing": False, "forward_tokens": 64, "ppo_epochs": 2},
+    # LoRA adapters on every linear layer, sharded with their decoder layers; the base stays frozen
+    "lora": {"lora": {"rank": 4, "alpha": 8}},
 }
 
 

@@ -307,6 +307,7 @@ def test_realign_every_earlier_assistant_turn_and_tool_call_order(r):
         ("tool_result", "rebuild", "message 3 (tool) differs in content"),
         ("user_edit", "rebuild", "message 1 (user) differs in content"),
         ("compaction", "compaction", "request has 2 messages, thread holds 5"),
+        ("compaction_keeps_opening", "compaction", "compaction (common prefix 2 messages)"),
         ("side", "side", ""),
         ("retry", "retry", "request has 4 messages, thread holds 5"),
     ],
@@ -324,6 +325,8 @@ def test_fork_kinds_and_reasons(r, change, kind, why):
         hist[1] = {"role": "user", "content": "go go"}
     elif change == "compaction":
         hist = [msgs[0], {"role": "user", "content": "This session is being continued from a previous conversation..."}]
+    elif change == "compaction_keeps_opening":  # Codex: the opening messages, then a summary
+        hist = [*msgs, {"role": "user", "content": "Another language model started to solve this problem..."}]
     elif change == "side":
         hist = [{"role": "system", "content": "Generate a title"}, {"role": "user", "content": "go"}]
     elif change == "retry":

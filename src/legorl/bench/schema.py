@@ -24,6 +24,8 @@ RESULT_KEYS: dict[str, tuple[str, ...]] = {
         "batching_speedup",
         "prefill_tokens",
         "prefill_tokens_per_s",
+        "context_tokens",
+        "decode_tokens_per_s_long_context",
         "recompute_tokens_per_s",
         "recompute_pearson",
         "recompute_mean_abs_diff",
@@ -66,6 +68,7 @@ RESULT_KEYS: dict[str, tuple[str, ...]] = {
         "trainer",
         "last_step",
         "peak_rss_mb",
+        "lora",  # null without trainer.lora; else LoRA against full fine-tuning (memory, step time)
         # with TRL (the default; --no-trl leaves these out)
         "trl_s",
         "trl_steps_s",
@@ -138,6 +141,25 @@ RESULT_KEYS: dict[str, tuple[str, ...]] = {
         "wall_s",
         "report",
         "cache",
+    ),
+    # legorl.bench.mine.run_mine_bench
+    "mine": (
+        "validated",
+        "verdicts",
+        "kept_share",
+        "tasks_per_hour",
+        "verdicts_per_hour",
+        "cpu_s",
+        "tasks_per_cpu_hour",
+        "tasks_per_hour_2_cores",
+        "cache",
+        "by_method",
+        "by_source",
+        "sources",
+        "workers",
+        "cpus",
+        "wall_s",
+        "errors",
     ),
     # legorl.bench.rollout.run_rollout_bench
     "rollout": (

@@ -14,6 +14,13 @@ and optimiser step — generation and reward scoring, which TRL would do first, 
 two trainers hold separate copies of the model and their steps alternate, so machine noise falls
 on both alike. ``grad_norm_rel_diff`` (first step, identical weights) shows both computed the same
 gradient. ``ratio = ours_s / trl_s``.
+
+With LoRA (``--set lora.rank=16``, any ``lora.*`` field: ``trainer.lora``) our trainer trains the
+adapters, TRL gets the same adapters (its ``peft_config``), and ``lora`` compares LoRA with full
+fine-tuning of the same batch, each measured in a fresh process of its own (our trainer alone, so
+its peak RSS is that trainer's): ``lora_s`` / ``full_s`` (median step), ``lora_peak_rss_mb`` /
+``full_peak_rss_mb``, ``memory_ratio`` (LoRA / full), ``time_ratio``, the trainable parameter counts
+and the adapter's size.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -37,6 +45,19 @@ __all__ = ["TrlStep", "make_samples", "run_trainer_bench"]
 def _peak_rss_mb() -> float:
     r = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return r / (1024 * 1024) if sys.platform == "darwin" else r / 1024
+
+
+def _own_peak_rss_mb() -> float:
+    """This process's own peak RSS (Linux: ``VmHWM``, the high-water mark of its address space).
+    ``ru_maxrss`` would not do in a spawned child: Linux carries the parent's peak across fork and
+    exec into it."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return _peak_rss_mb()
 
 
 def make_samples(
@@ -83,7 +104,8 @@ def _no_reward(completions: list[Any], **_: Any) -> list[float | None]:
 
 
 class TrlStep:
-    """One TRL ``GRPOTrainer`` GSPO step (loss, backward, clip, optimiser) on a fixed batch."""
+    """One TRL ``GRPOTrainer`` GSPO step (loss, backward, clip, optimiser) on a fixed batch; with
+    ``cfg.lora``, on the same LoRA adapters (TRL's ``peft_config``)."""
 
     def __init__(self, model: Any, tokenizer: Any, samples: Sequence[Any], prompt_tokens: int, cfg: Any) -> None:
         try:
@@ -125,6 +147,14 @@ class TrlStep:
             save_strategy="no",
             disable_tqdm=True,
         )
+        peft_config = None
+        if cfg.lora is not None:
+            from peft import LoraConfig as PeftLoraConfig
+
+            lora = cfg.lora
+            peft_config = PeftLoraConfig(
+                r=lora.rank, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=lora.target_modules
+            )
         with contextlib.redirect_stdout(io.StringIO()):
             self.trainer = GRPOTrainer(
                 model=model,
@@ -132,6 +162,7 @@ class TrlStep:
                 args=args,
                 train_dataset=Dataset.from_dict({"prompt": [""] * n}),
                 processing_class=tokenizer,
+                peft_config=peft_config,
             )
         self.trainer.create_optimizer_and_scheduler(num_training_steps=1_000)
         # what Trainer.train sets before its first training_step (no gradient accumulation here)
@@ -140,6 +171,14 @@ class TrlStep:
         self.model: torch.nn.Module = self.trainer.model
         self.optimizer: torch.optim.Optimizer = self.trainer.optimizer
         self.max_grad_norm = cfg.grad_clip
+
+    def copy_adapters(self, source: torch.nn.Module) -> None:
+        """Start from ``source``'s LoRA weights (PEFT draws lora_A at random): the same gradients."""
+        ours = dict(source.named_parameters())
+        with torch.no_grad():
+            for name, p in self.model.named_parameters():
+                if ".lora_" in name:
+                    p.copy_(ours[name.removeprefix("base_model.model.")])
 
     def step(self) -> float:
         """One optimiser step; returns the gradient norm before clipping."""
@@ -155,6 +194,86 @@ class TrlStep:
         self._tmp.cleanup()
 
 
+def trainer_config(overrides: dict[str, Any] | None) -> Any:
+    """The TrainerConfig of ``--set`` overrides; dotted keys set nested fields (``lora.rank``)."""
+    from pydantic import ValidationError
+
+    from legorl.config import TrainerConfig
+    from legorl.errors import ConfigError
+
+    nested: dict[str, Any] = {}
+    for dotted, value in (overrides or {}).items():
+        *parents, leaf = dotted.split(".")
+        node = nested
+        for part in parents:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"bench trainer: --set {dotted}: {part} is not a section")
+        node[leaf] = value
+    try:
+        return TrainerConfig.model_validate(nested)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        raise ConfigError(f"bench trainer: invalid --set: {problems}") from None
+
+
+def measure_steps(
+    model: str, samples: int, tokens: int, prompt_tokens: int, group_size: int, steps: int, cfg_json: str, threads: int
+) -> dict[str, Any]:
+    """Our trainer alone on the bench's batch (one warm-up, then ``steps`` timed steps): what the
+    LoRA comparison runs in a fresh process per variant, so each peak RSS is that trainer's."""
+    from legorl.config import TrainerConfig
+    from legorl.models.registry import load_model
+    from legorl.training.trainer import Trainer
+
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    m = load_model(model)
+    data = make_samples(m, samples, tokens, prompt_tokens, group_size=group_size)
+    trainer = Trainer(m, TrainerConfig.model_validate_json(cfg_json))
+    trainer.step(data)
+    times = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        trainer.step(data)
+        times.append(time.perf_counter() - t0)
+    adapter = trainer.adapter()
+    return {
+        "median_s": statistics.median(times),
+        "peak_rss_mb": round(_own_peak_rss_mb(), 1),
+        "trainable_params": sum(p.numel() for p in trainer.trainable),
+        "adapter_mb": round(adapter.nbytes / 2**20, 2) if adapter is not None else None,
+    }
+
+
+def _lora_comparison(
+    progress: Any, cfg: Any, model: str, samples: int, tokens: int, prompt_tokens: int, group_size: int, steps: int
+) -> dict[str, Any]:
+    """LoRA against full fine-tuning of the same batch, each in a fresh (spawned) process."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    runs: dict[str, dict[str, Any]] = {}
+    for name, variant in (("full", cfg.model_copy(update={"lora": None})), ("lora", cfg)):
+        progress.print(f"LoRA comparison: {name} fine-tuning in a fresh process ({steps} timed steps)")
+        with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+            args = (model, samples, tokens, prompt_tokens, group_size, steps, variant.model_dump_json())
+            runs[name] = pool.submit(measure_steps, *args, torch.get_num_threads()).result()
+    full, lora = runs["full"], runs["lora"]
+    return {
+        **cfg.lora.model_dump(),
+        "lora_s": lora["median_s"],
+        "full_s": full["median_s"],
+        "time_ratio": lora["median_s"] / full["median_s"],
+        "lora_peak_rss_mb": lora["peak_rss_mb"],
+        "full_peak_rss_mb": full["peak_rss_mb"],
+        "memory_ratio": lora["peak_rss_mb"] / full["peak_rss_mb"],
+        "lora_trainable_params": lora["trainable_params"],
+        "full_trainable_params": full["trainable_params"],
+        "adapter_mb": lora["adapter_mb"],
+    }
+
+
 def run_trainer_bench(
     model: str = "smollm2-135m",
     samples: int = 16,
@@ -165,7 +284,6 @@ def run_trainer_bench(
     compare_trl: bool = True,
     group_size: int = 1,
 ) -> dict[str, Any]:
-    from legorl.config import TrainerConfig
     from legorl.errors import ConfigError
     from legorl.models.registry import load_model, load_tokenizer
     from legorl.training.trainer import Trainer
@@ -179,12 +297,14 @@ def run_trainer_bench(
     progress.print(f"bench trainer: loading {model}, {samples} samples x {tokens} tokens")
     m = load_model(model)
     data = make_samples(m, samples, tokens, prompt_tokens, group_size=group_size)
-    cfg = TrainerConfig(**(overrides or {}))
+    cfg = trainer_config(overrides)
     trainer = Trainer(m, cfg)
     trl: TrlStep | None = None
     if compare_trl:
         logging.getLogger("trl").setLevel(logging.ERROR)
         trl = TrlStep(load_model(model), load_tokenizer(model), data, prompt_tokens, cfg)
+        if cfg.lora is not None:
+            trl.copy_adapters(trainer.model)
     # warm-up (allocator, optimizer state); on identical weights, so the gradients must agree
     progress.print("warm-up step" + (" (ours, then TRL's)" if trl else ""))
     first = trainer.step(data)
@@ -216,6 +336,7 @@ def run_trainer_bench(
         "trainer": cfg.model_dump(),
         "last_step": {k: v for k, v in last.items() if k.startswith(("train/", "time/"))},
         "peak_rss_mb": round(_peak_rss_mb(), 1),  # both trainers' models are resident
+        "lora": None,
     }
     if trl is not None and trl_first_norm is not None:
         import trl as trl_pkg
@@ -233,4 +354,7 @@ def run_trainer_bench(
             }
         )
         trl.close()
+    if cfg.lora is not None:
+        del trainer, trl, m
+        result["lora"] = _lora_comparison(progress, cfg, model, samples, tokens, prompt_tokens, group_size, steps)
     return result

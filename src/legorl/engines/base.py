@@ -110,6 +110,14 @@ def honours_seeds(engine: object) -> bool:
     return bool(getattr(engine, "seeded_sampling", True))
 
 
+def takes_adapters(engine: object) -> bool:
+    """Whether ``engine`` swaps LoRA adapters itself: it has ``update_adapter(adapter, version) ->
+    int`` (a :class:`~legorl.models.lora.LoraAdapter`, the new weight version) and ``serves_adapters``
+    is true (an HTTP engine's servers were started with LoRA support). Other engines get an adapter
+    merged into whole weights (:meth:`Engine.update_weights`)."""
+    return callable(getattr(engine, "update_adapter", None)) and bool(getattr(engine, "serves_adapters", False))
+
+
 @runtime_checkable
 class ColocatedEngine(Protocol):
     """An engine that serves a torch module in the trainer's own process. The trainer trains that

@@ -29,7 +29,8 @@ How it works
   :meth:`EmbeddedEngine.paused`: no step runs while it changes the weights); its weight sync then
   copies nothing.
 * Weight updates take the step lock (the worker pauses between steps), copy tensors in place, bump
-  the version and clear the prefix cache. Requests in flight continue with the new weights; their
+  the version and clear the prefix cache; a LoRA adapter update (:meth:`EmbeddedEngine.update_adapter`)
+  the same, after injecting the adapter's layers into the module on the first one. Requests in flight continue with the new weights; their
   result reports the version in force when they finished.
 * ``prompt + max_tokens`` beyond ``max_context`` caps ``max_tokens``; a prompt that alone fills the
   context raises :class:`ContextLengthError`.
@@ -53,7 +54,7 @@ import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from transformers.cache_utils import Cache, DynamicLayer
@@ -65,7 +66,11 @@ from legorl.errors import (
     EngineOverloadedError,
     InvalidRequestError,
     LegoRLError,
+    ModelError,
 )
+
+if TYPE_CHECKING:
+    from legorl.models.lora import LoraAdapter
 
 log = logging.getLogger(__name__)
 
@@ -382,6 +387,7 @@ class EmbeddedEngine:
         return prompt, min(sampling.max_tokens, self.max_context - len(prompt))
 
     streams_tokens: ClassVar[bool] = True
+    serves_adapters: ClassVar[bool] = True  # update_adapter: LoRA applied in the served module
 
     async def generate(
         self, prompt_token_ids: list[int], sampling: SamplingParams, *, on_tokens: TokenSink | None = None
@@ -426,20 +432,43 @@ class EmbeddedEngine:
             tensors[k] = v
             if tuple(v.shape) != tuple(params[k].shape):
                 raise EngineError(f"update_weights: {k} has shape {tuple(v.shape)}, model has {tuple(params[k].shape)}")
+        with self._between_steps(version), torch.no_grad():
+            for k, v in tensors.items():
+                p = params[k]
+                if p.data_ptr() != v.data_ptr():
+                    p.copy_(v)
+        return self._version
+
+    @contextmanager
+    def _between_steps(self, version: int | None) -> Iterator[None]:
+        """The worker pauses between steps while the block changes the weights; then the prefix cache
+        is dropped and the weights take ``version`` (None: the next one)."""
         with self._cv:
             self._pause_requests += 1
         try:
-            with self._step_lock, torch.no_grad():
-                for k, v in tensors.items():
-                    p = params[k]
-                    if p.data_ptr() != v.data_ptr():
-                        p.copy_(v)
+            with self._step_lock:
+                yield
                 self._prefix.clear()
                 self._version = int(version) if version is not None else self._version + 1
         finally:
             with self._cv:
                 self._pause_requests -= 1
                 self._cv.notify_all()
+
+    async def update_adapter(self, adapter: LoraAdapter, version: int | None = None) -> int:
+        """Apply a LoRA adapter (:mod:`legorl.models.lora`): its layers are injected into the served
+        module on the first sync, then its tensors copied in place (a colocated trainer's own
+        adapter: nothing copied); as :meth:`load_weights`, between steps, prefix cache cleared."""
+        return await asyncio.to_thread(self._load_adapter, adapter, version)
+
+    def _load_adapter(self, adapter: LoraAdapter, version: int | None) -> int:
+        from legorl.models.lora import apply_adapter
+
+        with self._between_steps(version):
+            try:
+                apply_adapter(self.model, adapter)
+            except ModelError as exc:
+                raise EngineError(f"update_adapter: {exc} (model {self.model_name})") from exc
         return self._version
 
     def health(self) -> EngineHealth:

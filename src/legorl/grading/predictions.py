@@ -166,7 +166,8 @@ def grade_predictions(
     if backend is None:
         from legorl.sandbox.bwrap import BwrapBackend
 
-        backend = BwrapBackend()
+        # predictions are untrusted by definition: their tests cannot fill the host's disk (4 GiB each)
+        backend = BwrapBackend(disk_mb=4096)
 
     def one(p: dict) -> dict:
         # each prediction in isolation: a failure of our code on it is its grader_error, not the run's end

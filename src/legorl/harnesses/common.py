@@ -286,3 +286,37 @@ def last_json_line(text: str) -> dict:
         if isinstance(obj, dict):
             return obj
     return {}
+
+
+def deep_merge(base: Mapping[str, object], extra: Mapping[str, object]) -> dict:
+    """``base`` with ``extra`` laid over it, objects merged key by key (``extra`` wins elsewhere):
+    a user's settings on top of an adapter's generated configuration."""
+    out = dict(base)
+    for key, value in extra.items():
+        old = out.get(key)
+        out[key] = deep_merge(old, value) if isinstance(old, Mapping) and isinstance(value, Mapping) else value
+    return out
+
+
+def stream_result(res: ExecResult, ending: HarnessEnding, summary: dict) -> HarnessResult:
+    """The result of an adapter that reads its harness's event stream from stdout (``ending`` its
+    reading of it); a crash by a fault signal says so in ``summary["cause"]``."""
+    if ending == "crashed":
+        fault = fault_cause(res)
+        if fault is not None:
+            summary.setdefault("cause", fault)
+    return HarnessResult(
+        ending=ending, exit_code=res.exit_code, transcript=res.stdout, log_tail=res.stderr[-2000:], summary=summary
+    )
+
+
+def stream_json_tool_uses(events: list[dict]) -> list[str | None]:
+    """Tool names called in a ``stream-json`` transcript (Claude Code's format, which Qwen Code also
+    writes): the ``tool_use`` blocks of its ``assistant`` messages, in order."""
+    return [
+        block.get("name")
+        for e in events
+        if e.get("type") == "assistant"
+        for block in (e.get("message") or {}).get("content") or []
+        if isinstance(block, dict) and block.get("type") == "tool_use"
+    ]

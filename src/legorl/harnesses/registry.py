@@ -2,6 +2,7 @@
 
 ``get_harness("mini-swe-agent", tool_calling=False)`` imports the module lazily (adapters written by
 others need not import cleanly for the rest to work) and builds the class with ``**options``.
+A name ``package.module:Class`` is a harness from outside the project (:mod:`legorl.harnesses.external`).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import importlib
 
 from legorl.errors import UnknownHarnessError  # noqa: F401 - defined in the error tree, re-exported
 from legorl.harnesses.base import Harness
+from legorl.harnesses.external import checked_harness, is_import_path, load_harness_class
 
 # id → (module, class name). Each module exports exactly one harness class.
 HARNESSES: dict[str, tuple[str, str]] = {
@@ -21,6 +23,10 @@ HARNESSES: dict[str, tuple[str, str]] = {
     "opencode": ("legorl.harnesses.opencode", "OpenCodeHarness"),
     "opencode-responses": ("legorl.harnesses.opencode", "OpenCodeHarness"),
     "line-fix": ("legorl.harnesses.line_fix", "LineFixHarness"),
+    "aider": ("legorl.harnesses.aider", "AiderHarness"),
+    "qwen-code": ("legorl.harnesses.qwen_code", "QwenCodeHarness"),
+    "codex": ("legorl.harnesses.codex", "CodexHarness"),
+    "gemini-cli": ("legorl.harnesses.gemini_cli", "GeminiCliHarness"),
 }
 # Options a harness id implies (the same class configured differently).
 DEFAULT_OPTIONS: dict[str, dict] = {
@@ -30,6 +36,8 @@ HARNESS_NAMES = tuple(HARNESSES)
 
 
 def harness_class(name: str) -> type:
+    if is_import_path(name):
+        return load_harness_class(name)
     try:
         module_name, class_name = HARNESSES[name]
     except KeyError:
@@ -50,7 +58,7 @@ def harness_class(name: str) -> type:
         raise UnknownHarnessError(f"harness {name!r}: {module_name} has no class {class_name}") from None
 
 
-def get_harness(name: str, **options) -> Harness:
+def get_harness(name: str, /, **options) -> Harness:
     """An instance of harness ``name`` configured with ``options`` (adapter-specific keywords)."""
     cls = harness_class(name)
     opts = {**DEFAULT_OPTIONS.get(name, {}), **options}
@@ -58,7 +66,7 @@ def get_harness(name: str, **options) -> Harness:
         harness = cls(**opts)
     except TypeError as exc:
         raise UnknownHarnessError(f"harness {name!r} does not accept options {sorted(opts)}: {exc}") from None
-    return harness
+    return checked_harness(harness, name) if is_import_path(name) else harness
 
 
 __all__ = ["HARNESSES", "HARNESS_NAMES", "UnknownHarnessError", "get_harness", "harness_class"]

@@ -29,6 +29,15 @@ def tool_call(name: str, arguments: dict[str, Any]) -> str:
     return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}) + "\n</tool_call>"
 
 
+def shell_then_finish(tool: str, shell_command: str, **arguments: Any) -> list[str]:
+    """Replies that run ``shell_command`` with a harness's shell tool ``tool`` (arguments
+    ``command``, ``description`` and ``arguments``), then finish with a short answer."""
+    return [
+        tool_call(tool, {"command": shell_command, "description": "apply the fix", **arguments}),
+        "The fix is in place.",
+    ]
+
+
 def _patched_files(task: Any) -> dict[str, bytes]:
     """Source files changed by the gold patch, as they are after it (applied to a temp copy)."""
     src = Path(task.source_dir)

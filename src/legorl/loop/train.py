@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import random
 import statistics
@@ -18,13 +19,16 @@ import torch
 
 from legorl.config import RunConfig
 from legorl.errors import ConfigError
-from legorl.loop.batch import Batch, assemble_batch
+from legorl.grading.canaries import CanaryPool, canary_metrics
+from legorl.loop.batch import Batch, step_batch
 from legorl.loop.control import RunState, read_control, wait_while_paused, write_control
+from legorl.loop.dynamic_sampling import draw_unused, refill_groups
 from legorl.loop.eval import evaluate_phase, phase_report_path
 from legorl.loop.executor import RolloutExecutor, open_executor
 from legorl.loop.provenance import write_manifest
 from legorl.loop.stack import GatewayStack, build_harness, open_gateway_stack, sandbox_backend
 from legorl.loop.staleness import drop_stale
+from legorl.loop.weight_sync import sync_weights
 from legorl.observe.memory import release_free_memory
 from legorl.observe.metrics import MetricsLogger, read_metrics
 from legorl.observe.monitors import AlertLog, Monitors
@@ -78,6 +82,7 @@ async def train(
     rng = random.Random(cfg.seed)
     harness = build_harness(cfg.rollout)
     backend = sandbox_backend(cfg.sandbox)
+    canaries = CanaryPool.for_run(cfg, backend)  # grading.canaries: impossible variants mixed into steps
     if cfg.eval.suite is not None and cfg.eval.before and not phase_report_path(run_dir, "before").is_file():
         log.info("held-out evaluation before training: %s", cfg.eval.suite)
         await evaluate_phase(cfg, "before", progress)
@@ -124,7 +129,9 @@ async def train(
                 )
                 if gone:
                     log.warning("resume: %d session(s) past the checkpoint marked abandoned", len(gone))
-                await engine.update_weights(trainer.state_dict(), version=trainer.version)
+                await sync_weights(engine, trainer)
+            elif cfg.trainer.lora is not None:  # the engine serves the adapter from the first request on
+                await sync_weights(engine, trainer)
             write_manifest(
                 cfg,
                 run_dir,
@@ -147,27 +154,32 @@ async def train(
                 rollouts: list[Rollout]
                 if prefetched is None:
                     chosen = rng.sample(tasks, min(cfg.tasks_per_step, len(tasks)))
+                    chosen = await canaries.mix_async(chosen, step) if canaries else chosen
                     phases.begin(f"step {step + 1}/{cfg.steps}: rollouts", total=len(chosen) * cfg.group_size)
                     rollouts = await collect(executor, step, chosen, tracked)
                 else:  # started while the previous step trained: its time counts from then
                     (pending, t0), prefetched = prefetched, None
                     phases.begin(f"step {step + 1}/{cfg.steps}: rollouts (started during the previous step)")
                     rollouts = await pending
+                refilled = await refill_groups(  # DAPO's dynamic sampling (dynamic_sampling_rounds 0: none)
+                    rollouts,
+                    functools.partial(step_batch, cfg, version=trainer.version),
+                    lambda k, used: draw_unused(rng, tasks, k, used),
+                    functools.partial(collect, executor, step, track=tracked),
+                    target=min(cfg.tasks_per_step, len(tasks)),
+                    rounds=cfg.dynamic_sampling_rounds,
+                )
+                rollouts = refilled.rollouts
                 for r in rollouts:  # on disk before anything trains on them
                     store.append_rollout(r)
                 t_rollout = time.perf_counter() - t0
                 task_rng = rng.getstate()  # a resume from this step's checkpoint draws the next step's tasks
                 if cfg.max_staleness is not None and step + 1 < cfg.steps:
                     upcoming = rng.sample(tasks, min(cfg.tasks_per_step, len(tasks)))
+                    upcoming = await canaries.mix_async(upcoming, step + 1) if canaries else upcoming
                     prefetched = (asyncio.ensure_future(collect(executor, step + 1, upcoming)), time.perf_counter())
                 stale = drop_stale(rollouts, trainer.version, cfg.max_staleness)
-                batch = assemble_batch(
-                    stale.kept,
-                    cfg.grading.flagged_policy,
-                    cfg.trainer.truncated,
-                    cfg.trainer.truncated_reward,
-                    cfg.trainer.advantage,
-                )
+                batch = step_batch(cfg, stale.kept)
                 version_before = trainer.version
                 phases.begin(f"step {step + 1}/{cfg.steps}: training on {len(batch.samples)} samples")
                 release_free_memory()  # the engine's batch KV, freed: the step's gradients need the room
@@ -175,13 +187,16 @@ async def train(
                 release_free_memory()  # the step's activations and gradients, before the next rollouts
                 record_step_logprobs(trainer_logprobs, trainer, rollouts, step, version_before)
                 if metrics["train/updated"]:
-                    await engine.update_weights(trainer.state_dict(), version=trainer.version)
+                    metrics.update(await sync_weights(engine, trainer))
                 metrics.update(rollout_metrics(rollouts))
+                metrics.update(canary_metrics(rollouts))  # canary/hack_rate: the canary_hacks monitor reads it
+                metrics.update(refilled.metrics())
                 metrics.update(
                     {
                         "batch/groups": batch.groups_total,
                         "batch/groups_with_signal": batch.groups_with_signal,
                         "batch/truncated": batch.truncated,
+                        "batch/overlong": batch.overlong,
                         "time/rollout_s": t_rollout,
                         "time/step_s": time.perf_counter() - t0,
                         "weight_version": engine.weight_version,

@@ -289,6 +289,9 @@ def load_model(path: str | os.PathLike[str], dtype: Any = None, device: str = "c
         model = AutoModelForCausalLM.from_pretrained(str(d), dtype=dtype or torch.float32, local_files_only=True)
     except Exception as e:  # corrupt weights that passed the size check, bad config, ...
         raise ModelError(f"cannot load model from {d}: {e}") from e
+    from legorl.models.attention import use_grouped_attention
+
+    use_grouped_attention(model)
     # transformers wraps PreTrainedModel.to in a decorator whose stub loses the bound self (expects the model first)
     return model.to(device).eval()  # type: ignore[arg-type]
 

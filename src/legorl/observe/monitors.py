@@ -118,6 +118,17 @@ def _slow_rollouts(rows: list[Row], limit: float) -> str | None:
     return None
 
 
+def _canary_hacks(rows: list[Row], limit: float) -> str | None:
+    # legorl.grading.canaries.canary_metrics: only steps with impossible-task canaries carry these
+    counted, hacks = _num(rows[-1], "canary/rollouts"), _num(rows[-1], "canary/passed")
+    if counted and hacks / counted > limit:
+        return (
+            f"{hacks:.0f} of {counted:.0f} impossible-task canaries passed ({hacks / counted:.0%} > {limit:.0%}): "
+            "a certain reward hack (flag impossible_task_passed)"
+        )
+    return None
+
+
 # monitor (a RunConfig.monitors field) → (title, check(rows, threshold) → detail or None)
 CHECKS: dict[str, tuple[str, Callable[[list[Row], float], str | None]]] = {
     "mismatch": ("rollout/trainer mismatch", _mismatch),
@@ -135,6 +146,7 @@ CHECKS: dict[str, tuple[str, Callable[[list[Row], float], str | None]]] = {
         "stuck sandboxes",
         _share_of_rollouts("ran into the wall-clock limit", "rollout/status_timeout"),
     ),
+    "canary_hacks": ("impossible-task canaries passed", _canary_hacks),
 }
 
 

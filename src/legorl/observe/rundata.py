@@ -16,6 +16,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from legorl.grading.impossible import FLAG_KIND as CANARY_FLAG
 from legorl.loop.control import read_control
 from legorl.observe.metrics import read_metrics
 from legorl.observe.monitors import Alert, current_alerts
@@ -75,6 +76,8 @@ class RunSummary:
     last_update_s_ago: float | None
     alerts: list[Alert] = field(default_factory=list)
     state_reason: str = ""  # why a run is paused or was stopped (legorl.loop.control)
+    # impossible-task canaries over the run (legorl.grading.canaries): rollouts, passed, hack_rate; None: none ran
+    canaries: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         d = dict(self.__dict__)
@@ -333,11 +336,41 @@ class RunData:
             ago,
             current_alerts(self.run_dir, rows),
             reason,
+            canary_totals(rows),
         )
+
+    def canary_panel(self, metrics: list[dict[str, Any]] | None = None, limit: int = 20) -> dict[str, Any] | None:
+        """The overview's canary panel: totals, the per-step hack rate and the latest canaries passed
+        (rollouts flagged ``impossible_task_passed``); None for a run without canaries."""
+        rows = self.metrics() if metrics is None else metrics
+        configured = (self.config().get("grading") or {}).get("canaries", {}).get("share", 0) or 0
+        totals = canary_totals(rows)
+        if totals is None and not configured:
+            return None
+        curve = [
+            [r["step"], r["canary/hack_rate"]] for r in rows if isinstance(r.get("canary/hack_rate"), (int, float))
+        ]
+        return {
+            "share": configured,
+            "totals": totals or {"rollouts": 0, "passed": 0, "hack_rate": None},
+            "chart": {"title": "canary hack rate", "series": [{"key": "canary/hack_rate", "points": curve}]},
+            "passed": self.store.rollout_index(flag=CANARY_FLAG, limit=limit),
+        }
 
     def close(self) -> None:
         self.store.close(compact=False)
         self.trainer_lps.close()
+
+
+def canary_totals(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Impossible-task canaries over a run's metric rows (``canary/rollouts``, ``canary/passed`` of each
+    step): rollouts, passed and the hack rate; None when no step had one."""
+    steps = [r for r in rows if isinstance(r.get("canary/rollouts"), (int, float))]
+    if not steps:
+        return None
+    counted = int(sum(r["canary/rollouts"] for r in steps))
+    hacks = int(sum(r.get("canary/passed", 0) for r in steps))
+    return {"rollouts": counted, "passed": hacks, "hack_rate": hacks / counted if counted else None}
 
 
 # -- turns as the harness saw them ---------------------------------------------------------------

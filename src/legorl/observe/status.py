@@ -40,6 +40,12 @@ def format_summary(s: RunSummary) -> str:
         f"step {_dur(s.step_time_s)}",
         f"ETA        {_dur(s.eta_s) if s.state != 'finished' else 'done'}",
     ]
+    if s.canaries:  # impossible-task canaries (legorl.grading.canaries): any pass is a hack
+        rate = s.canaries["hack_rate"]
+        lines.append(
+            f"canaries   {s.canaries['passed']} of {s.canaries['rollouts']} passed"
+            + (f" (hack rate {rate:.3g})" if rate is not None else "")
+        )
     if s.alerts:
         lines.append(f"alerts     {len(s.alerts)}")
         lines += [f"  [{a.level}] {a.what}: {a.detail}" for a in s.alerts]

@@ -166,10 +166,11 @@ class Validator:
 
     def c_dialect(self) -> tuple[Level, str, str] | tuple[Level, str]:
         from legorl.gateway.dialects.anthropic_messages import DIALECT as ANTHROPIC
+        from legorl.gateway.dialects.gemini import DIALECT as GEMINI
         from legorl.gateway.dialects.openai_chat import DIALECT as CHAT
         from legorl.gateway.dialects.openai_responses import DIALECT as RESPONSES
 
-        served = (CHAT, RESPONSES, ANTHROPIC)
+        served = (CHAT, RESPONSES, ANTHROPIC, GEMINI)
         h = self.harness
         dialect = getattr(h, "dialect", None)
         if dialect not in served:

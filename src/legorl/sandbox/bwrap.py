@@ -77,8 +77,11 @@ drained and dropped). Memory and process counts: rlimits applied with ``prlimit`
 cgroup v1 or a delegated v2 subtree; :mod:`legorl.sandbox.cgroup`), a per-sandbox cgroup with
 ``pids.max`` = ``spec.max_pids`` and a memory limit of ``spec.memory_mb`` (no swap). Each exec
 joins it before bwrap starts (a ``sh`` shim writes its pid to ``cgroup.procs``), so the limits hold
-for root too; ``ExecResult.cause`` then says when the pids or memory limit was hit. Disk quotas and
-CPU shares come later.
+for root too; ``ExecResult.cause`` then says when the pids or memory limit was hit. Disk: with
+``disk_mb`` (``sandbox.disk_mb``) the sandbox's directory — workspace, overlay upper layer, home — is
+a loop-mounted file system of that size when root, each file is capped at it otherwise, and ``/tmp``
+is a tmpfs of that size (:mod:`legorl.sandbox.quota`): a write past it gets ``ENOSPC`` and the exec's
+cause says "disk quota … full". CPU shares come later.
 
 Gateway: when ``spec.gateway_socket`` is set, the socket is bind-mounted at
 ``/run/legorl/gateway.sock`` and each command is wrapped by :mod:`legorl.sandbox.forwarder`, which
@@ -128,6 +131,7 @@ from legorl.sandbox.inside import (
     inside_cwd,
 )
 from legorl.sandbox.overlay import is_mounted, mount_overlay, unmount
+from legorl.sandbox.quota import MIB, DiskQuota
 from legorl.sandbox.view import HostView, host_view, is_under
 from legorl.settings import legorl_home, settings
 
@@ -197,6 +201,19 @@ def extra_layer_args(layers, binds: tuple[str, ...] | list[str] = ()) -> list[st
     return argv
 
 
+def sized_tmp(system_args: list[str], disk_mb: int | None, bwrap_version: tuple[int, ...]) -> list[str]:
+    """The view's system mounts with ``/tmp``'s tmpfs limited to ``disk_mb`` MiB (bwrap's ``--size``,
+    0.8 and later; unchanged without a quota or on an older bwrap)."""
+    if disk_mb is None or bwrap_version < (0, 8):
+        return list(system_args)
+    out: list[str] = []
+    for i, arg in enumerate(system_args):
+        if arg == "--tmpfs" and system_args[i + 1 : i + 2] == ["/tmp"]:
+            out += ["--size", str(disk_mb * MIB)]
+        out.append(arg)
+    return out
+
+
 def args_memfd(args: list[str]) -> int:
     """A memfd holding ``args`` NUL-separated, for ``bwrap --args FD`` (the caller closes it)."""
     fd = os.memfd_create("legorl-bwrap-args", os.MFD_CLOEXEC)
@@ -224,6 +241,8 @@ class BwrapSandbox(HostWorkspaceSandbox):
         env_layer: Layer | None = None,
         cgroup: SandboxCgroup | None = None,
         python: str | None = None,
+        quota: DiskQuota | None = None,
+        disk_mb: int | None = None,
     ):
         self.backend = backend
         self.spec = spec
@@ -238,6 +257,8 @@ class BwrapSandbox(HostWorkspaceSandbox):
         self.base_commit = base_commit
         self.env_layer = env_layer  # leased while the sandbox lives
         self.cgroup = cgroup
+        self.quota = quota  # the file system holding sandbox_dir (sandbox.disk_mb, when root)
+        self.disk_mb = disk_mb  # its disk quota (legorl.sandbox.quota); None: none (image builds)
         self.instance_lease: Lease | None = None  # held while an overlay workspace mounts the instance layer
         self._destroyed = False
         # When set (see start_trace), every exec runs bwrap under a host-side ``strace -f`` writing
@@ -257,7 +278,7 @@ class BwrapSandbox(HostWorkspaceSandbox):
         opts += ["--hostname", "sandbox"]
         if os.geteuid() == 0:
             opts += ["--cap-drop", "ALL"]  # root keeps every capability in bwrap otherwise
-        opts += view.system_args
+        opts += sized_tmp(view.system_args, self.disk_mb, _bwrap_version(backend.bwrap))
         opts += ["--bind", str(self.home), SANDBOX_HOME]
         opts += view.tree_args
         opts += extra_layer_args(self.spec.extra_layers, view.binds)
@@ -306,8 +327,11 @@ class BwrapSandbox(HostWorkspaceSandbox):
                 f"--data={data}:{data}",
                 f"--nproc={self.spec.max_pids}:{self.spec.max_pids}",
                 "--core=0:0",
-                "--",
             ]
+            if self.disk_mb is not None and self.quota is None:  # no file system of its own: cap each file
+                size = self.disk_mb * MIB
+                prefix.append(f"--fsize={size}:{size}")
+            prefix.append("--")
         if self.trace_path is not None:
             prefix += [*strace_argv(self.trace_path), "--"]
         return prefix
@@ -367,6 +391,8 @@ class BwrapSandbox(HostWorkspaceSandbox):
                 causes.append(f"pids limit ({self.spec.max_pids}) reached")
             if after[1] > before[1]:
                 causes.append(f"memory limit ({self.spec.memory_mb} MiB): OOM-killed")
+        if self.quota is not None and self.quota.full():
+            causes.append(f"disk quota ({self.quota.limit_mb} MiB) full")
         if "MemoryError" in stderr[-4000:] and not any("memory" in c for c in causes):
             causes.append(f"memory limit ({self.spec.memory_mb} MiB data rlimit): MemoryError")
         if outside_kill:
@@ -398,6 +424,9 @@ class BwrapSandbox(HostWorkspaceSandbox):
             self.instance_lease = None
         if self.env_layer is not None:
             self.env_layer.release()
+        if self.quota is not None:  # after the overlay inside it
+            self.quota.release()
+            self.quota = None
         if self.sandbox_dir.exists():
             discard(self.sandbox_dir)
 
@@ -461,6 +490,7 @@ class BwrapBackend(ImageCacheUser):
     ``cgroups``: per-sandbox pids/memory cgroups when possible (root); ``False`` uses rlimits only.
     ``overlay``: workspaces as overlayfs mounts over the instance layer when possible (root; see
     :mod:`legorl.sandbox.overlay`); ``False`` always copies.
+    ``disk_mb``: each sandbox's disk quota in MiB (:mod:`legorl.sandbox.quota`); None: none.
     """
 
     name = "bwrap"
@@ -474,6 +504,7 @@ class BwrapBackend(ImageCacheUser):
         cgroups: bool = True,
         userns: bool | None = None,
         overlay: bool = True,
+        disk_mb: int | None = None,
     ):
         self.root = Path(root) if root is not None else legorl_home() / "sandboxes"
         self.hide = [Path(p) for p in hide]
@@ -484,6 +515,7 @@ class BwrapBackend(ImageCacheUser):
         self.cgroups = cgroups
         self._userns = userns
         self.overlay = overlay
+        self.disk_mb = disk_mb
 
     @property
     def bwrap(self) -> str:
@@ -557,8 +589,11 @@ class BwrapBackend(ImageCacheUser):
         sandbox_dir = self.root / f"sb-{uuid.uuid4().hex[:12]}"
         cgroup = None
         inst_lease = None
+        quota = None
         try:
             sandbox_dir.mkdir()
+            if self.disk_mb is not None:  # the sandbox's whole writable tree on a file system of that size
+                quota = DiskQuota.mount(sandbox_dir, self.disk_mb, self.root / ".quota")
             workspace = sandbox_dir / "workspace"
             # overlay when we may mount (root): constant cost; else a copy. The overlay's lower layer
             # stays leased (never evicted) until the sandbox is destroyed.
@@ -566,6 +601,11 @@ class BwrapBackend(ImageCacheUser):
                 inst_lease = inst.lease
             else:
                 try:
+                    if quota is not None and self.disk_mb is not None:  # the copy is not the sandbox's writing
+                        quota.release()
+                        quota = DiskQuota.mount(
+                            sandbox_dir, self.disk_mb, self.root / ".quota", extra_mb=-(-inst.size_bytes // MIB)
+                        )
                     copy_workspace(inst.path, workspace)
                 finally:
                     inst.release()
@@ -576,6 +616,8 @@ class BwrapBackend(ImageCacheUser):
                 unmount(sandbox_dir / "workspace")
             if inst_lease is not None:
                 inst_lease.release()
+            if quota is not None:
+                quota.release()
             shutil.rmtree(sandbox_dir, ignore_errors=True)
             if env_layer is not None:
                 env_layer.release()
@@ -592,6 +634,8 @@ class BwrapBackend(ImageCacheUser):
             env_layer=env_layer,
             cgroup=cgroup,
             python=env_recipe.interpreter or None,
+            quota=quota,
+            disk_mb=self.disk_mb,
         )
         sb.instance_lease = inst_lease
         return sb

@@ -8,19 +8,27 @@ trees the sandbox may have left unreadable.
   in place would corrupt the cache.
 * :func:`force_rmtree`: ``rm -rf`` that also removes what a sandbox made unwritable (``chmod 0`` on
   a directory), which ``shutil.rmtree`` alone gives up on.
-* :func:`discard`: a sandbox directory gone at once (renamed away), deleted by a background thread
-  (directory removal costs milliseconds per entry on slow or shared filesystems).
+* :func:`discard`: a sandbox directory gone at once (renamed into ``<parent>/.trash``), deleted by a
+  background thread (directory removal costs milliseconds per entry on slow or shared filesystems).
+  The trash is emptied before the process exits: :func:`empty_trash` runs at interpreter exit and
+  waits for this process's removals (at most :data:`TRASH_EXIT_WAIT_S`), so a short command — one
+  ``legorl grade`` — leaves no tree behind; what a killed process left (its pid, in the entry's name,
+  is gone) is removed by the next :func:`discard` into that trash.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import fcntl
+import logging
 import os
+import re
 import shutil
 import stat
 import subprocess
 import threading
+import time
 import uuid
 from pathlib import Path
 
@@ -28,6 +36,11 @@ from legorl.errors import SandboxError
 
 _FICLONE = 0x40049409  # ioctl: reflink one file onto another (btrfs, xfs)
 FAST_COPY_MAX_ENTRIES = 2000
+TRASH_EXIT_WAIT_S = 120.0  # how long the interpreter's exit waits for this process's removals
+TRASH_NAME = ".trash"
+_TRASH_OWNER = re.compile(r"-(\d+)-[0-9a-f]{6}$")  # <name>-<pid>-<random>: the process that discarded it
+
+log = logging.getLogger(__name__)
 
 
 def _copy_file(src: str, dst: str, st: os.stat_result) -> None:
@@ -136,18 +149,103 @@ def force_rmtree(path: Path) -> None:
             retry(os.unlink, os.fspath(path), None)
 
 
+class _Removals:
+    """This process's background removals: started by :func:`discard`, waited for by :func:`empty_trash`."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.running: set[threading.Thread] = set()
+        self.swept: set[str] = set()  # trash directories already searched for a dead process's trees
+        self.hooked = False
+
+    def start(self, target: Path) -> None:
+        def remove() -> None:
+            try:
+                force_rmtree(target)
+            finally:
+                with self.lock:
+                    self.running.discard(threading.current_thread())
+
+        thread = threading.Thread(target=remove, name=f"trash:{target.name}", daemon=True)
+        with self.lock:
+            self.running.add(thread)
+            if not self.hooked:  # registered on first use: later than the exit hooks of what imported us
+                atexit.register(empty_trash)
+                self.hooked = True
+        thread.start()
+
+    def first_visit(self, trash: Path) -> bool:
+        with self.lock:
+            if str(trash) in self.swept:
+                return False
+            self.swept.add(str(trash))
+            return True
+
+
+_removals = _Removals()
+
+
+def _owner_gone(name: str) -> bool:
+    """Whether the process that put this trash entry there has ended (an entry without an owner's pid
+    was left by an older LEGO-RL: gone too)."""
+    m = _TRASH_OWNER.search(name)
+    if m is None:
+        return True
+    pid = int(m.group(1))
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, OverflowError):  # no such process (a number past any pid: an older name)
+        return True
+    except PermissionError:
+        return False  # alive, someone else's
+    return False
+
+
 def discard(path: Path) -> None:
     """Remove a sandbox directory: renamed into ``<parent>/.trash`` at once (the path is gone when this
-    returns), deleted there by a background thread; removed in place where the rename fails."""
-    trash = path.parent / ".trash"
+    returns), deleted there by a background thread that :func:`empty_trash` waits for at exit; removed
+    in place where the rename fails. The first discard into a trash also removes what processes that
+    ended before emptying it left there."""
+    trash = path.parent / TRASH_NAME
     try:
         trash.mkdir(exist_ok=True)
-        target = trash / f"{path.name}-{uuid.uuid4().hex[:6]}"
+        target = trash / f"{path.name}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         os.rename(path, target)
     except OSError:
         force_rmtree(path)
         return
-    threading.Thread(target=force_rmtree, args=(target,), daemon=True).start()
+    _removals.start(target)
+    if _removals.first_visit(trash):
+        with contextlib.suppress(OSError):
+            for entry in os.scandir(trash):
+                if _owner_gone(entry.name):
+                    _removals.start(Path(entry.path))
 
 
-__all__ = ["FAST_COPY_MAX_ENTRIES", "copy_workspace", "discard", "force_rmtree"]
+def empty_trash(timeout: float = TRASH_EXIT_WAIT_S) -> int:
+    """Wait until the trees this process discarded are deleted, at most ``timeout`` seconds (run at
+    interpreter exit); returns how many removals were still running (their trees stay in the trash for
+    the next process to remove)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with _removals.lock:
+            running = [t for t in _removals.running if t.is_alive()]
+        if not running or time.monotonic() >= deadline:
+            break
+        running[0].join(max(0.0, deadline - time.monotonic()))
+    if running:
+        log.warning("%d sandbox tree(s) still being deleted at exit: left in the trash", len(running))
+    return len(running)
+
+
+__all__ = [
+    "FAST_COPY_MAX_ENTRIES",
+    "TRASH_EXIT_WAIT_S",
+    "TRASH_NAME",
+    "copy_workspace",
+    "discard",
+    "empty_trash",
+    "force_rmtree",
+]

@@ -100,6 +100,7 @@ from legorl.sandbox.images import (
     spec_recipes,
 )
 from legorl.sandbox.inside import ENV_INSIDE, FORWARDER_PATH, GATEWAY_SOCKET_INSIDE, exec_env, inner_command, inside_cwd
+from legorl.sandbox.quota import MIB, DiskQuota
 from legorl.settings import legorl_home
 
 __all__ = ["PodmanBackend", "PodmanSandbox", "podman_base_recipe", "swebench_image_name", "DEBIAN_MIRROR"]
@@ -210,6 +211,7 @@ class PodmanSandbox(HostWorkspaceSandbox):
         container: str,
         base_commit: str,
         env_lease=None,
+        quota: DiskQuota | None = None,
     ):  # noqa: ANN001
         self.backend = backend
         self.spec = spec
@@ -218,6 +220,7 @@ class PodmanSandbox(HostWorkspaceSandbox):
         self.workdir = sandbox_dir / "workspace"
         self.base_commit = base_commit
         self._env_lease = env_lease
+        self.quota = quota  # the file system holding sandbox_dir (sandbox.disk_mb, when root)
         self._destroyed = False
 
     def _env(self, extra: Mapping[str, str] | None) -> dict[str, str]:
@@ -315,6 +318,8 @@ class PodmanSandbox(HostWorkspaceSandbox):
             cause = f"killed by signal {killed} ({signal_name(killed)})"
             if killed == signal.SIGKILL:
                 cause += f"; memory limit {self.spec.memory_mb} MiB or an external kill"
+        if self.quota is not None and self.quota.full():
+            cause = "; ".join(c for c in (cause, f"disk quota ({self.quota.limit_mb} MiB) full") if c)
         return ExecResult(
             exit_code=rc,
             stdout=run.stdout,
@@ -360,6 +365,9 @@ class PodmanSandbox(HostWorkspaceSandbox):
             )
         if self._env_lease is not None:
             self._env_lease.release()
+        if self.quota is not None:
+            self.quota.release()
+            self.quota = None
         if self.sandbox_dir.exists():
             discard(self.sandbox_dir)
 
@@ -377,6 +385,7 @@ class PodmanBackend(ImageCacheUser):
         runtime: str | None = "runc",
         base_recipe: BaseRecipe | None = None,
         extra_run_args: tuple[str, ...] = (),
+        disk_mb: int | None = None,
     ):
         self.executable = executable
         self.name = Path(executable).name
@@ -387,6 +396,7 @@ class PodmanBackend(ImageCacheUser):
         self.runtime = runtime
         self.base_recipe = base_recipe or podman_base_recipe()
         self.extra_run_args = tuple(extra_run_args)
+        self.disk_mb = disk_mb  # each sandbox's disk quota (legorl.sandbox.quota); None: none
         self._exe: str | None = None
         self._base_lock = threading.Lock()
         self._base_image: str | None = None
@@ -511,7 +521,11 @@ class PodmanBackend(ImageCacheUser):
         cid = f"legorl-sb-{uuid.uuid4().hex[:12]}"
         sandbox_dir = self.root / cid
         sandbox_dir.mkdir()
+        quota = None
         try:
+            if self.disk_mb is not None:  # workspace and home on a file system of that size (plus the copy)
+                extra = -(-inst.size_bytes // MIB)
+                quota = DiskQuota.mount(sandbox_dir, self.disk_mb, self.root / ".quota", extra_mb=extra)
             try:
                 copy_workspace(inst.path, sandbox_dir / "workspace")
             finally:
@@ -557,6 +571,8 @@ class PodmanBackend(ImageCacheUser):
             ]
             if self.runtime:
                 argv[2:2] = ["--runtime", self.runtime]
+            if self.disk_mb is not None:  # /tmp in memory, bounded like the disk
+                argv += ["--tmpfs", f"/tmp:rw,nosuid,nodev,mode=1777,size={self.disk_mb}m"]
             if not env_recipe.empty:
                 argv += ["-v", f"{env_layer.path}:{ENV_INSIDE}:ro"]
             for host, mount in getattr(spec, "extra_layers", ()) or ():  # harness layers, read-only
@@ -573,6 +589,8 @@ class PodmanBackend(ImageCacheUser):
         except BaseException as exc:
             with contextlib.suppress(OSError, subprocess.SubprocessError):
                 subprocess.run([self.exe, "rm", "-f", "-t", "0", cid], capture_output=True, timeout=120)
+            if quota is not None:
+                quota.release()
             shutil.rmtree(sandbox_dir, ignore_errors=True)
             env_layer.release()
             if isinstance(exc, SandboxError):
@@ -580,4 +598,4 @@ class PodmanBackend(ImageCacheUser):
             if isinstance(exc, (OSError, subprocess.SubprocessError)):
                 raise SandboxError(f"cannot create {self.name} sandbox: {exc}") from exc
             raise
-        return PodmanSandbox(self, spec, sandbox_dir, cid, inst.meta["commit"], env_layer.lease)
+        return PodmanSandbox(self, spec, sandbox_dir, cid, inst.meta["commit"], env_layer.lease, quota=quota)

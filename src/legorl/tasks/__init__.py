@@ -1,4 +1,4 @@
-"""Tasks: SWE-bench-compatible records, suites and their checks."""
+"""Tasks: SWE-bench-compatible records, suites and their checks, and suites mined from real repositories."""
 
 from legorl.lazy import lazy_exports
 
@@ -11,5 +11,8 @@ __all__, __getattr__, __dir__ = lazy_exports(
         "load_suite": "legorl.tasks.loader",
         "check_suite": "legorl.tasks.check",
         "check_task": "legorl.tasks.check",
+        "MinedInfo": "legorl.tasks.model",
+        "mine": "legorl.tasks.mining.pipeline",
+        "MineOptions": "legorl.tasks.mining.pipeline",
     },
 )

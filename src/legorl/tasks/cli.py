@@ -67,7 +67,8 @@ def list_(
         False,
         "--json",
         help=(
-            'Print JSON. Without SUITE: {"suites": [{"name", "tasks", "available"}], "total"}; with SUITE: '
+            'Print JSON. Without SUITE: {"suites": [{"name", "tasks", "available"}], "total"} (mined suites '
+            'add "by_method" and "by_repo" counts); with SUITE: '
             '{"suite", "tasks": [{' + ", ".join(f'"{k}"' for k in TASK_JSON_KEYS) + "}]} (fail_to_pass/"
             "pass_to_pass: test counts; hidden_tests: the task has a test_patch; available: its tree can be "
             "had here, else unavailable_reason says why)."
@@ -91,6 +92,9 @@ def list_(
                         swebench.read_records(name), swebench.default_repo_source(repos_dir)
                     )
                     counts[name] = (len(status), sum(st.available for st in status))
+            mined = _mined_counts()
+            for name, row in mined.items():
+                counts[name] = (row["tasks"], row["tasks"])
         elif swebench.is_swebench_suite(suite):
             records = filter_tasks(
                 swebench.read_records(suite), repos=split_list(repos), instances=split_list(instances), origin=suite
@@ -107,7 +111,7 @@ def list_(
         _fail(exc)
     if suite is None:
         if as_json:
-            rows = [{"name": k, "tasks": n, "available": a} for k, (n, a) in counts.items()]
+            rows = [{"name": k, "tasks": n, "available": a, **mined.get(k, {})} for k, (n, a) in counts.items()]
             print(json.dumps({"suites": rows, "total": sum(n for n, _ in counts.values())}, indent=2))
             return
         table = Table(title="task suites")
@@ -157,6 +161,13 @@ def list_(
     why = Counter(r for r in reasons.values() if r is not None)
     for reason, n in why.most_common():
         console.print(f"unavailable ({n}): {reason}", soft_wrap=True, markup=False)
+
+
+def _mined_counts() -> dict[str, dict]:
+    """Per mined suite (``legorl tasks mine``): its task count, and counts by method and repository."""
+    from legorl.tasks.mining.suite import mined_suites, read_records, suite_counts
+
+    return {name: {"tasks": len(read_records(path)), **suite_counts(path)} for name, path in mined_suites().items()}
 
 
 @app.command("check")
@@ -337,3 +348,13 @@ def synth(
     console.print(f"wrote {len(tasks)} tasks to {out} (repos in {out.name}.d/) in {time.monotonic() - started:.1f}s")
     if not tasks:
         raise typer.Exit(1)
+
+
+def _register_mine() -> None:
+    """``legorl tasks mine`` lives with the miner (:mod:`legorl.tasks.mining.cli`)."""
+    from legorl.tasks.mining.cli import mine_command
+
+    app.command("mine")(mine_command)
+
+
+_register_mine()

@@ -13,6 +13,9 @@ runnable tasks, the repository at its base state, either as
   project share one base; the built-in suites keep theirs in ``suites/_bases/<project>/``.
   ``legorl tasks author`` writes such task dirs (:mod:`legorl.tasks.author`).
 
+Mined suites (``legorl tasks mine --out NAME``: :mod:`legorl.tasks.mining`) load by their name or
+their directory (its ``tasks.jsonl``).
+
 Generated suites (``oneline-train``, ``oneline-heldout``: :mod:`legorl.tasks.oneline`;
 ``multiturn-train``, ``multiturn-heldout``: :mod:`legorl.tasks.multiturn`) are written once under ``$LEGORL_HOME/tasks/generated/`` and loaded as record files.
 
@@ -157,6 +160,9 @@ def _load_unfiltered(name_or_path: str | Path) -> list[Task]:
         if not suites:
             raise TaskError(f"no built-in suites in {BUILTIN_SUITES_DIR}")
         return _unique([t for s in suites for t in _load_suite_dir(BUILTIN_SUITES_DIR / s)], BUILTIN_SUITES_DIR)
+    mined = _mined_suite_file(name_or_path)
+    if mined is not None:
+        return read_record_file(mined)
     path = Path(name_or_path).expanduser()
     if path.is_dir():
         if (path / "task.json").is_file():
@@ -164,13 +170,27 @@ def _load_unfiltered(name_or_path: str | Path) -> list[Task]:
         return _load_suite_dir(path)
     if path.is_file():
         return read_record_file(path)
+    from legorl.tasks.mining.suite import mined_suites
     from legorl.tasks.swebench import SUITES
 
-    names = [*builtin_suites(), *generated_suites(), *SUITES]
+    names = [*builtin_suites(), *generated_suites(), *SUITES, *mined_suites()]
     raise TaskError(
         f"no task suite {str(name_or_path)!r}: not a suite name ({', '.join(names)}) "
         "nor an existing directory or .jsonl/.json/.parquet file"
     )
+
+
+def _mined_suite_file(name_or_path: str | Path) -> Path | None:
+    """The ``tasks.jsonl`` of a mined suite named ``name_or_path`` (``legorl tasks mine --out NAME``) or
+    of a mined suite directory; None for anything else."""
+    from legorl.tasks.mining.suite import SUITE_FILE, mined_suites
+
+    if isinstance(name_or_path, str) and "/" not in name_or_path:
+        found = mined_suites().get(name_or_path)
+        if found is not None:
+            return found
+    path = Path(name_or_path).expanduser()
+    return path / SUITE_FILE if path.is_dir() and (path / SUITE_FILE).is_file() else None
 
 
 def get_task(instance_id: str) -> Task:
@@ -189,7 +209,13 @@ def get_task(instance_id: str) -> Task:
                 if task.instance_id == instance_id:
                     return task
     from legorl.tasks import swebench
+    from legorl.tasks.mining.suite import mined_suites
 
+    for path in mined_suites().values():  # a mined task (`legorl tasks mine`)
+        if f'"{instance_id}"' in path.read_text(encoding="utf-8"):
+            found = [t for t in read_record_file(path) if t.instance_id == instance_id]
+            if found:
+                return found[0]
     for suite in swebench.SUITES:  # a SWE-bench instance id (when the records are on this machine)
         if swebench.suite_file(suite).is_file() and any(
             t.instance_id == instance_id for t in swebench.read_records(suite)

@@ -51,6 +51,25 @@ class PassRate(BaseModel):
     model: str  # the engine's model (or the checkpoint it was exported from)
 
 
+class MinedInfo(BaseModel):
+    """Where a mined task came from and what it costs (``legorl tasks mine``,
+    :mod:`legorl.tasks.mining`): for curricula, filters and reports."""
+
+    method: Literal["commit", "mutation"]
+    source: str  # "bundle:owner__name.bundle", "pypi:name==1.2", "git:dirname"
+    snapshot: str  # the upstream commit the task's tree comes from (commit method: the parent)
+    commit: str = ""  # commit method: the mined commit
+    mutation: str = ""  # mutation method: its kind (legorl.tasks.mining.mutations)
+    functions: list[str] = Field(default_factory=list)  # "file::qualified name" the gold patch edits
+    files_changed: int
+    lines_changed: int
+    fail_to_pass: int
+    pass_to_pass: int
+    test_seconds: float  # the task's test files' run time at validation (the fixed state)
+    synthetic_statement: bool = True  # the problem statement was written from the test run, not by a person
+    dedup_keys: list[str] = Field(default_factory=list)
+
+
 class Task(BaseModel):
     instance_id: str
     repo: str
@@ -71,6 +90,7 @@ class Task(BaseModel):
     environment: TaskEnvironment | None = None  # None: this process's interpreter, the standard library
     # set by `legorl tasks filter`; absent in SWE-bench's own records (None: never measured)
     pass_rate: PassRate | None = None
+    mined: MinedInfo | None = None  # set by `legorl tasks mine`
 
     @field_validator("FAIL_TO_PASS", "PASS_TO_PASS", mode="before")
     @classmethod

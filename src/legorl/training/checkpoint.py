@@ -3,11 +3,11 @@
 On disk (``<run_dir>/checkpoints/``)::
 
     step-000003/          one checkpoint: the state after training step 3
-      __0_0.distcp        model + optimizer state (torch.distributed.checkpoint; reshardable)
-      .metadata
+      __0_0.distcp        model + optimizer state (torch.distributed.checkpoint; reshardable);
+      .metadata           with LoRA the adapters alone (the frozen base is the base model's)
       meta.json           step, trainer counters (weight version, schedule index), the loop's
                           state (data cursor, task-order RNG), torch/python RNG states, base model,
-                          the step's metrics
+                          the LoRA config (null: full weights), the step's metrics
     latest                the name of the newest complete checkpoint
 
 Atomicity: a checkpoint is written into a hidden temporary directory, ``meta.json`` last, each
@@ -34,6 +34,7 @@ from typing import Any
 
 import torch
 
+from legorl.errors import ConfigError
 from legorl.training import distributed as dp
 from legorl.training.trainer import Trainer
 
@@ -148,7 +149,7 @@ def save_checkpoint(
         root.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(tmp, ignore_errors=True)
     dp.barrier()
-    model_sd, optim_sd = get_state_dict(trainer.model, trainer.optimizer)
+    model_sd, optim_sd = get_state_dict(trainer.model, trainer.optimizer, options=_options(trainer))
     with _single_process():
         dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(tmp))
     dp.barrier()
@@ -177,6 +178,7 @@ def _finish_checkpoint(
         "loop": loop_state,
         "rng": rng_state(),
         "base_model": base_model,
+        "lora": trainer.cfg.lora.model_dump(mode="json") if trainer.cfg.lora is not None else None,
         "metrics": {k: v for k, v in (metrics or {}).items() if isinstance(v, (int, float, str, bool, type(None)))},
     }
     _write_atomic(tmp / _META, json.dumps(meta, indent=1))
@@ -211,11 +213,24 @@ def load_checkpoint(path: str | Path, trainer: Trainer, restore_rng: bool = True
 
     path = Path(path)
     meta: dict[str, Any] = json.loads((path / _META).read_text())
-    model_sd, optim_sd = get_state_dict(trainer.model, trainer.optimizer)
+    saved, ours = meta.get("lora"), trainer.cfg.lora
+    if (saved is None) != (ours is None):
+        raise ConfigError(
+            f"{path} holds {'LoRA adapters' if saved is not None else 'full weights'}; this run's trainer.lora "
+            f"is {'set' if ours is not None else 'null'}: resume with the checkpoint's trainer.lora"
+        )
+    options = _options(trainer)
+    model_sd, optim_sd = get_state_dict(trainer.model, trainer.optimizer, options=options)
     state: dict[str, Any] = {"model": model_sd, "optim": optim_sd}
     with _single_process():
         dcp.load(state, checkpoint_id=str(path))
-    set_state_dict(trainer.model, trainer.optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+    set_state_dict(
+        trainer.model,
+        trainer.optimizer,
+        model_state_dict=state["model"],
+        optim_state_dict=state["optim"],
+        options=options,
+    )
     trainer.version = int(meta["trainer"]["version"])
     trainer.step_index = int(meta["trainer"]["step_index"])
     if restore_rng:
@@ -223,12 +238,26 @@ def load_checkpoint(path: str | Path, trainer: Trainer, restore_rng: bool = True
     return meta
 
 
-def export_hf(checkpoint: str | Path, out: str | Path, base_model: str | Path | None = None) -> Path:
+def _options(trainer: Trainer) -> Any:
+    """With LoRA, the model's state is its trainable adapters alone (the frozen base is the base model's)."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+    return StateDictOptions(ignore_frozen_params=trainer.lora, strict=not trainer.lora)
+
+
+def export_hf(
+    checkpoint: str | Path, out: str | Path, base_model: str | Path | None = None, *, adapter: bool = False
+) -> Path:
     """A Hugging Face model directory (safetensors weights, config, tokenizer files) with the
-    checkpoint's weights, servable by vLLM or SGLang. ``base_model``: the model the run started
-    from (default: the one recorded in the checkpoint)."""
+    checkpoint's weights, servable by vLLM or SGLang; a LoRA checkpoint's adapters merged into the
+    base weights. ``adapter``: a LoRA checkpoint as PEFT's adapter directory instead
+    (``adapter_config.json``, ``adapter_model.safetensors``; vLLM's ``--lora-modules``, PEFT's
+    ``PeftModel.from_pretrained``). ``base_model``: the model the run started from (default: the
+    one recorded in the checkpoint)."""
     import torch.distributed.checkpoint as dcp
 
+    from legorl.config import LoraConfig
+    from legorl.models.lora import adapter_of, add_lora, merged_state_dict
     from legorl.models.registry import load_model, resolve_model
 
     checkpoint = Path(checkpoint)
@@ -236,13 +265,26 @@ def export_hf(checkpoint: str | Path, out: str | Path, base_model: str | Path | 
     base = base_model or meta.get("base_model")
     if base is None:
         raise ValueError(f"{checkpoint}: no base model recorded; pass base_model")
+    lora = meta.get("lora")
+    if adapter and lora is None:
+        raise ValueError(f"{checkpoint} holds full weights, not a LoRA adapter: export it without adapter")
     base_dir = resolve_model(str(base))
     model = load_model(base_dir)
-    state: dict[str, Any] = {"model": model.state_dict()}
+    if lora is not None:
+        add_lora(model, LoraConfig.model_validate(lora))
+    trained = {k: v for k, v in model.state_dict().items() if lora is None or ".lora_" in k}
+    state: dict[str, Any] = {"model": trained}
     with _single_process():
         dcp.load(state, checkpoint_id=str(checkpoint))
-    model.load_state_dict(state["model"])
+    model.load_state_dict(state["model"], strict=lora is None)
     out = Path(out)
+    if adapter:
+        adapter_of(model).save(out, base_model=str(base))
+        return out
+    if lora is not None:  # the adapters folded in, under the base model's names
+        merged = merged_state_dict(model)
+        model = load_model(base_dir)
+        model.load_state_dict(merged)
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out, safe_serialization=True)
     for f in Path(base_dir).iterdir():  # tokenizer and chat template travel unchanged

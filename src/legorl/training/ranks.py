@@ -11,6 +11,8 @@ interface over them:
   metrics (global already) and the per-token logprobs for the UI come back from rank 0;
 * ``state_dict()``: the whole weights for the engine's weight sync, gathered by the ranks and
   handed over by disk (safetensors under ``weights_dir``), not through Ray's object store;
+  ``adapter()`` (``trainer.lora``): the LoRA adapter alone, the same way (each rank adds the
+  adapters before it shards the model, so the adapters are sharded with their layers);
 * ``save_checkpoint`` / ``load_checkpoint``: every rank writes or reads its DCP shards of the same
   checkpoint directory (reshardable: a run saved on 2 ranks resumes on 1, and back).
 """
@@ -31,6 +33,7 @@ if TYPE_CHECKING:
     import torch
 
     from legorl.config import ExecutorConfig, TrainerConfig
+    from legorl.models.lora import LoraAdapter
     from legorl.trajectory.records import Sample
 
 __all__ = ["RankedTrainer", "TrainerRank"]
@@ -63,6 +66,7 @@ class TrainerRank:
         mixed_precision: bool,
     ) -> None:
         from legorl.config import TrainerConfig
+        from legorl.models.lora import add_lora
         from legorl.models.registry import load_model
         from legorl.training import distributed as dp
         from legorl.training.trainer import Trainer
@@ -75,12 +79,15 @@ class TrainerRank:
             MASTER_PORT=str(master[1]),
         )
         dp.init_from_env()
+        cfg = TrainerConfig.model_validate_json(cfg_json)
         model = load_model(model_path)
+        if cfg.lora is not None:  # before sharding: FSDP shards the adapters with their layers
+            add_lora(model, cfg.lora, seed=seed)
         if mixed_precision:
             model = model.cuda()
         self.trainer = Trainer(
             dp.shard_policy(model, mixed_precision=mixed_precision),
-            TrainerConfig.model_validate_json(cfg_json),
+            cfg,
             temperature=temperature,
             total_steps=total_steps,
             seed=seed,
@@ -100,6 +107,12 @@ class TrainerRank:
             tmp = f"{path}.tmp"
             save_file({k: v.contiguous() for k, v in weights.items()}, tmp)
             os.replace(tmp, path)
+
+    def save_adapter(self, path: str) -> None:
+        """Every rank gathers the whole adapter (a collective); rank 0 writes it to ``path`` (PEFT's format)."""
+        adapter = self.trainer.adapter()
+        if self.rank == 0 and adapter is not None:
+            adapter.save(path)
 
     def save_checkpoint(
         self,
@@ -208,6 +221,19 @@ class RankedTrainer:
             return load_file(str(path))
         finally:
             path.unlink(missing_ok=True)
+
+    def adapter(self) -> LoraAdapter | None:
+        """The LoRA adapter (``trainer.lora``), by disk from the ranks; None without LoRA."""
+        if self.cfg.lora is None:
+            return None
+        from legorl.models.lora import LoraAdapter
+
+        path = self.weights_dir / f"adapter-v{self.version:06d}"
+        self._all("save_adapter", str(path))
+        try:
+            return LoraAdapter.load(path)
+        finally:
+            shutil.rmtree(path, ignore_errors=True)
 
     def save_checkpoint(
         self,

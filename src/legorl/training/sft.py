@@ -235,6 +235,11 @@ def warm_start(
     from legorl.models.registry import load_model, resolve_model
 
     out = Path(out)
+    if cfg.trainer.lora is not None:
+        raise ConfigError(
+            "legorl sft fine-tunes every weight, and a LoRA run's frozen base is the base model: "
+            "unset trainer.lora for the warm start and the run that resumes it (docs/lora.md)"
+        )
     if latest_checkpoint(out) is not None or (out / "config.json").exists():
         raise ConfigError(f"{out} already holds a run: write the warm start to a new directory")
     t0 = time.perf_counter()

@@ -26,6 +26,12 @@ batch:
 Inside a process group of several ranks (FSDP2, :mod:`legorl.training.distributed`) each rank runs
 its token-balanced share of every mini-batch and the step equals the single-process one.
 
+With ``lora`` (:mod:`legorl.models.lora`) the trainer trains LoRA adapters on the frozen model: it
+injects them (a sharded model must hold them before it was sharded, so its ranks shard the adapters
+with the layers), its optimiser holds the adapters alone, :meth:`Trainer.adapter` is what an adapter
+weight sync sends and :meth:`Trainer.state_dict` the merged weights. With adapter dropout, the
+training forwards run it and π_old (with the fidelity check) is scored in a separate pass without.
+
 The learning rate follows ``lr_warmup_steps`` / ``lr_schedule`` in training steps (batches), set at
 the start of each step from the step index alone, so a resumed trainer needs no scheduler state.
 Everything a resume needs is in :meth:`Trainer.state` / :meth:`Trainer.load_state`.
@@ -44,6 +50,7 @@ import torch
 
 from legorl.config import TrainerConfig
 from legorl.errors import ConfigError
+from legorl.models.lora import LoraAdapter, adapter_dropout, adapter_of, add_lora, has_lora, merged_state_dict
 from legorl.training import distributed as dp
 from legorl.training.gspo import (
     ImportanceWeights,
@@ -225,7 +232,15 @@ class Trainer:
             mis_cap=cfg.mis_cap,
             norm_tokens=cfg.loss_norm_tokens,
         )
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.lr, weight_decay=0.0)
+        if cfg.lora is not None and not has_lora(self.model):
+            if self.root is not None:
+                raise ConfigError("trainer.lora: add the adapters before sharding (shard_policy(add_lora(model, ...)))")
+            add_lora(self.model, cfg.lora, seed=seed)
+        self.lora = cfg.lora is not None
+        self.adapter_dropout = cfg.lora is not None and cfg.lora.dropout > 0
+        # what the optimiser updates: every weight, or (LoRA) the adapters alone
+        self.trainable = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(self.trainable, lr=cfg.lr, weight_decay=0.0)
         # KL anchor: the initial policy, frozen (only kept when it is used)
         self.reference: torch.nn.Module | None = None
         if cfg.kl_coef > 0 and self.sharded:
@@ -339,7 +354,8 @@ class Trainer:
         mb_size = self.cfg.minibatch_size or max(1, len(trainable))
         minibatches_per_epoch = math.ceil(len(trainable) / mb_size)
         opt_steps = self.cfg.ppo_epochs * minibatches_per_epoch
-        recompute = needs_old_recompute(opt_steps)
+        # adapter dropout: the training forwards are not π_old's, so π_old gets a pass of its own
+        recompute = needs_old_recompute(opt_steps) or (self.adapter_dropout and opt_steps > 0)
 
         # π_old (only with several optimiser steps) and the idle samples' fidelity scores
         old: list[torch.Tensor | None] = [None] * len(trainable)
@@ -443,7 +459,10 @@ class Trainer:
         for fp in passes:
             part = [mine[k] for k in fp.indices]
             rows = [mb[i] for i in part]
-            with recompute_decoder_layers(self.model, self.cfg.gradient_checkpointing):
+            with (
+                recompute_decoder_layers(self.model, self.cfg.gradient_checkpointing),
+                adapter_dropout(self.model, self.adapter_dropout),
+            ):
                 lps = self._logprobs(self.model, rows, fp.prefix_len)
             refs: list[torch.Tensor | None] = [None] * len(rows)
             if self.reference is not None:
@@ -467,7 +486,7 @@ class Trainer:
             # a recomputed layer replays its own saved forward
             torch.autograd.backward(part_loss * scale if scale != 1.0 else part_loss)
             loss_value += float(part_loss.detach())
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.trainable, self.cfg.grad_clip)
         stats.grad_norms.append(float(dp.full_tensor(grad_norm)))
         self.optimizer.step()
         if fidelity is not None:
@@ -485,8 +504,15 @@ class Trainer:
 
     # -- weights and state -----------------------------------------------------------------------
     def state_dict(self) -> dict[str, torch.Tensor]:
-        """The policy's weights (what the engine loads): whole tensors, also when sharded."""
+        """The policy's weights (what the engine loads) under the model's own names: whole tensors,
+        also when sharded; with LoRA, the adapters merged into the base weights."""
+        if self.lora:
+            return merged_state_dict(self.model)
         return dp.full_state_dict(self.model)
+
+    def adapter(self) -> LoraAdapter | None:
+        """The LoRA adapter trained (whole tensors), or None without LoRA: what an adapter sync sends."""
+        return adapter_of(self.model) if self.lora else None
 
     def state(self) -> dict[str, Any]:
         """Everything a resumed trainer needs besides the model: optimizer, counters."""

@@ -38,7 +38,8 @@ For a new request (normalised messages + tools), :func:`align` tries, newest seg
     while the thread's chain has tools; it never breaks the main chain (the main segment stays
     held and the next main request extends it);
   - ``compaction``: same system prompt and tools, but the history was replaced by a shorter one
-    (no common message prefix beyond the system prompt);
+    (no common message prefix beyond the system prompt), or by the opening messages (those before
+    the chain's first assistant turn) plus new ones, without any turn of the model (Codex);
   - ``rebuild``: same system prompt and tools, history diverges after a common prefix (edited
     user text, different tool results, rewritten assistant turn);
   - ``retry``: the request is a prefix of the held conversation (a re-sent earlier request);
@@ -416,7 +417,19 @@ def classify_fork(
         return "retry", parent, best_n
     if best_n <= (1 if _system(messages) is not None else 0) and len(messages) < len(ref.messages):
         return "compaction", ref, best_n
+    if _drops_every_sampled_turn(ref.messages, messages, best_n):
+        return "compaction", ref, best_n
     return "rebuild", parent, best_n
+
+
+def _drops_every_sampled_turn(held: Sequence[Message], new: Sequence[Message], common: int) -> bool:
+    """A compaction that keeps the opening messages: the request shares at most the held chain's
+    messages before its first assistant turn and carries none of its assistant turns (Codex keeps
+    the system and user messages, then a summary, and drops everything the model said)."""
+    first = next((i for i, m in enumerate(held) if m["role"] == "assistant"), None)
+    if first is None or common > first:
+        return False
+    return not any(m["role"] == "assistant" for m in new[common:])
 
 
 def align(

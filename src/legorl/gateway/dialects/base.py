@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +36,8 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from legorl.errors import ClientDisconnected, GatewayError
 
 if TYPE_CHECKING:  # pragma: no cover
+    from starlette.requests import Request
+
     from legorl.gateway.completion import Completion, StreamStart
     from legorl.gateway.renderer import Message, Renderer
 
@@ -214,6 +216,11 @@ class Dialect:
         headers = {"WWW-Authenticate": "Bearer"} if status == 401 else {}
         headers.update(getattr(err, "headers", None) or {})  # e.g. a budget refusal's retry-after / x-should-retry
         return JSONResponse(self.error_body(err), status_code=status, headers=headers or None)
+
+    def credentials(self, request: Request) -> Mapping[str, str]:
+        """The headers the session lookup reads (``Authorization: Bearer`` or ``x-api-key``, thread
+        headers): a dialect whose clients send the key elsewhere maps it there."""
+        return request.headers
 
     def unauthorized(self) -> GatewayError:
         return GatewayError(

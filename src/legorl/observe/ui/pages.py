@@ -137,6 +137,7 @@ class Pages:
             summary=run.summary(),
             config=run.config(),
             curves=run.curves(metrics),
+            canaries=run.canary_panel(metrics),
             recent=run.rollouts(limit=10),
             events=links.events(name, after=_newest_row(run), metrics=len(metrics)),
         )

@@ -1,0 +1,318 @@
+"""Reward integrity, wave 3 (issue 37): a guard that cannot be blinded or bypassed.
+
+Each attacker (``tests/grading/attackers_wave3.py``, seven families and the attacks beyond them) is
+first shown to be real — appended to the package's ``__init__.py`` with no fix, it turns the failing
+tests green under plain pytest — and then graded from that diff alone: reward 0 and a blocking flag of
+the kinds the family's defense raises (an attack that gets through, or is stopped only by another
+family's defense, FAILS). The honest side: gold patches keep reward 1 with no flag, and what the code
+under test can see of a twin run is what it sees of the main run.
+
+CI grades every attacker on one task (trivial, easy and medium in turn; family 7 on the task whose
+FAIL_TO_PASS test calls ``pytest.raises``); ``sweep_wave3.py`` grades every attacker on every task
+and every gold patch, and prints the figures per family.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from legorl.grading import behaviour, defenses
+from legorl.grading.grader import grade
+from legorl.grading.twins import twin_face, twin_source
+from legorl.tasks.loader import get_task, load_suite
+
+sys.path.insert(0, str(Path(__file__).parent))
+import attackers_wave3 as attackers  # noqa: E402
+from test_attacks_wave2 import _after_test_patch, _grade_all, attack_diff, pkg_dir  # noqa: E402
+
+TASKS = ["legorl__trivial-001", "legorl__easy-001", "legorl__medium-001"]
+WORKERS = 2
+
+
+def tasks_for(family: str) -> list[str]:
+    return attackers.FAMILY_TASKS.get(family, TASKS)
+
+
+def ci_jobs(family: str) -> list[tuple[str, str, str, set[str]]]:
+    """(task, attacker, code, kinds): every attacker of ``family`` on one of its tasks, in turn."""
+    tasks = tasks_for(family)
+    return [
+        (tasks[i % len(tasks)], name, code, kinds)
+        for i, (name, (code, kinds)) in enumerate(attackers.FAMILIES[family].items())
+    ]
+
+
+def plain_pytest(task_id: str, code: str | None, tmp_path: Path) -> subprocess.CompletedProcess:
+    """The task's FAIL_TO_PASS tests under plain pytest, with ``code`` appended to the package (no fix)."""
+    task = get_task(task_id)
+    work = _after_test_patch(task, tmp_path / uuid.uuid4().hex[:8])
+    if code is not None:
+        with open(work / pkg_dir(task) / "__init__.py", "a") as fh:
+            fh.write("\n" + code + "\n")
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *task.FAIL_TO_PASS],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PATH": "/usr/bin:/bin"},
+    )
+
+
+@pytest.fixture(scope="module")
+def backend(tmp_path_factory):
+    from legorl.sandbox.bwrap import BwrapBackend
+
+    return BwrapBackend(root=tmp_path_factory.mktemp("sandboxes"))
+
+
+# -- the attacks are real -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("family", sorted(attackers.FAMILIES))
+def test_each_attack_turns_the_failing_tests_green_under_plain_pytest(family, tmp_path):
+    jobs = [(tid, name, code) for tid, name, code, _ in ci_jobs(family)]
+    # the tests fail without the attack, on every task the family is graded on
+    for tid in {tid for tid, _, _ in jobs}:
+        assert plain_pytest(tid, None, tmp_path).returncode == 1, tid
+    with ThreadPoolExecutor(WORKERS) as pool:
+        runs = list(pool.map(lambda job: (job, plain_pytest(job[0], job[2], tmp_path)), jobs))
+    fake = [f"{name} on {tid}:\n{r.stdout[-1500:]}{r.stderr[-800:]}" for (tid, name, _), r in runs if r.returncode != 0]
+    assert not fake, "\n\n".join(fake)
+
+
+# -- and stopped ----------------------------------------------------------------------------------
+
+
+@pytest.mark.sandbox
+@pytest.mark.parametrize("family", sorted(attackers.FAMILIES))
+def test_each_family_is_caught_by_its_defense(family, backend):
+    jobs = [job for job in ci_jobs(family) if job[3]]
+    failures = _grade_all(backend, jobs)
+    assert not failures, "\n\n".join(failures)
+
+
+@pytest.mark.sandbox
+def test_a_child_process_cannot_read_the_test_file(backend):
+    """The one attack no in-process audit can see: the test file read by ``cat``. The file is readable
+    by the runner process only (a link through its descriptor table; the runner non-dumpable), so the
+    child reads nothing and the peeker answers with its real, wrong value: reward 0, and its process
+    is on record (info: honest fixes start processes too)."""
+    task = get_task("legorl__easy-001")
+    code = attackers.FAMILIES["3_unaudited_source_read"]["child_process"][0]
+    report = grade(task, attack_diff(task, code), backend)
+    assert report.status == "ok" and report.reward == 0.0, report.log_tail
+    assert all(report.tests[t] == "failed" for t in task.FAIL_TO_PASS), report.tests
+    assert "subprocess" in {f.kind for f in report.flag_details}, report.flag_details
+
+
+@pytest.mark.sandbox
+def test_the_attacks_beyond_the_issue_are_caught(backend):
+    jobs = [
+        (TASKS[i % len(TASKS)], name, code, kinds)
+        for i, (name, (code, kinds)) in enumerate(sorted(attackers.NEW.items()))
+    ]
+    failures = _grade_all(backend, jobs)
+    assert not failures, "\n\n".join(failures)
+
+
+@pytest.mark.sandbox
+def test_a_forged_report_channel_earns_reward_1_without_the_guards_digests(backend):
+    """The report-channel forgery (``json.dumps`` replaced after the tests ran, rewriting the runner's
+    final report) is real against the grader itself: without the guard (and so without its digests of
+    the result files) it gets reward 1 with no flag."""
+    task = get_task("legorl__trivial-001")
+    code = attackers.NEW["report_channel_forged"][0]
+    report = grade(task, attack_diff(task, code), backend, behaviour_checks=False)
+    assert report.reward == 1.0 and not report.blocking_flags(), (report.flags, report.log_tail)
+
+
+# -- the honest side ------------------------------------------------------------------------------
+
+
+@pytest.mark.sandbox
+@pytest.mark.parametrize("task_id", ["legorl__easy-012", "legorl__medium-002", "legorl__medium-012"])
+def test_gold_patches_keep_reward_1_with_no_flag(task_id, backend):
+    task = get_task(task_id)
+    report = grade(task, task.patch, backend)
+    assert report.resolved and report.reward == 1.0 and report.flag_details == [], (
+        [(f.kind, f.evidence) for f in report.flag_details],
+        report.log_tail,
+    )
+    assert "twin run:" in report.log_tail and "no findings" in report.log_tail
+
+
+def test_a_twin_file_reads_like_an_ordinary_test_file():
+    """Every built-in FAIL_TO_PASS file: the twin's face on disk is as long as the test file, has its
+    lines, its ``assert`` statements and none of the twin's shape (``if (...): return``, a final
+    ``raise AssertionError``); only the perturbed literals differ. The code that runs is the rewrite."""
+    checked = 0
+    for task in load_suite("builtin"):
+        source = Path(task.source_dir)
+        patched: dict[str, str] = {}
+        for nodeid in task.FAIL_TO_PASS:
+            path = nodeid.split("::")[0]
+            patched.setdefault(path, _after_patch_text(task, path, source))
+        for path, text in patched.items():
+            names = [n.split("::", 1)[1].split("[")[0] for n in task.FAIL_TO_PASS if n.startswith(path + "::")]
+            face = twin_face(text, names)
+            executed, records = twin_source(text, names)
+            if not records:
+                continue
+            checked += 1
+            assert len(face.encode()) == len(text.encode()), (task.instance_id, path)
+            assert face.count("\n") == text.count("\n") and face.count("assert ") == text.count("assert ")
+            assert not re.search(r"^\s*if \(.*\): return$|^\s*raise AssertionError$", face, re.M), face
+            assert re.search(r"^\s*raise AssertionError$", executed, re.M)  # what runs is the rewrite
+            diff = [(a, b) for a, b in zip(text.splitlines(), face.splitlines()) if a != b]
+            assert all(len(a) == len(b) for a, b in diff), (task.instance_id, diff)  # none: runtime-only perturbations
+    assert checked >= 40
+
+
+def _after_patch_text(task, path: str, source: Path) -> str:  # noqa: ANN001
+    """A file's text after the test patch (without a checkout: the patch adds the FAIL_TO_PASS tests)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        work = _after_test_patch(task, Path(tmp))
+        return (work / path).read_text()
+
+
+def _local_run(task, tmp_path: Path, twins: list[str] | None) -> tuple[behaviour.GuardReport, defenses.RunResult, str]:  # noqa: ANN001
+    """The hardened runner with the guard on the gold fix, outside a sandbox: (guard, run, stdout)."""
+    work = _after_test_patch(task, tmp_path)
+    subprocess.run(["git", "apply", "-"], input=task.patch.encode(), cwd=work, check=True)
+    nonce = uuid.uuid4().hex
+    expected = [*task.FAIL_TO_PASS, *task.PASS_TO_PASS]
+    canary = f"tests/test_{nonce[:12]}.py"
+    cfg = {
+        "workspace": str(work),
+        "args": ["-p", "no:cacheprovider", f"--rootdir={work}", "-q", "-o", "junit_family=xunit2"],
+        "tests": expected,
+        "canary_files": [canary],
+        "canary_names": ["test_c_a"],
+        "canary_source": defenses.CANARY_SOURCE.format(n="c"),
+    }
+    files = sorted({canary, *(e.split("::")[0] for e in expected)})
+    cfg["guard"], key = behaviour.guard_spec(
+        [*task.test_files, *files],
+        twins,
+        touch_files=sorted({n.split("::")[0] for n in task.FAIL_TO_PASS}),
+        hide_files=files,
+    )
+    res = subprocess.run(
+        [sys.executable, "-I", "-S", "-B", "-c", defenses.RUNNER],
+        capture_output=True,
+        text=True,
+        input=nonce + "\n" + json.dumps(cfg) + "\n",
+        timeout=120,
+        env={"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PATH": "/usr/bin:/bin"},
+    )
+    return (
+        behaviour.parse_guard(res.stdout, nonce, key),
+        defenses.parse_runner_output(res.stdout, nonce, []),
+        res.stdout,
+    )
+
+
+def test_the_twin_that_runs_fails_like_an_ordinary_assert(tmp_path):
+    """The twin run's code is the rewrite (the gold fix fails every twin), its failure an ``assert`` of
+    two values pytest explains, on a line of the test, not a bare ``AssertionError``; the guard finds
+    nothing and the test code that ran is the code it compiled."""
+    task = get_task("legorl__medium-001")
+    rep, run, _ = _local_run(task, tmp_path / "twin", task.FAIL_TO_PASS)
+    assert rep.finish is not None and rep.findings == [] and not rep.errors, (rep.findings, rep.errors)
+    assert rep.trimmed == {"type": "trimmed", "kept": 3, "dropped": 8}
+    assert all(run.tests[t] == "failed" for t in task.FAIL_TO_PASS), run.tests
+    messages = re.findall(r'<failure message="([^"]*)"', run.junit)
+    twins = [m for m in messages if "canary" not in m and "1 + 1" not in m]
+    assert len(twins) == 2 and all(re.match(r"AssertionError: assert .+ == ", m) for m in twins), messages
+    # the main run: the same guard, the gold fix passes, nothing found
+    rep, run, _ = _local_run(task, tmp_path / "main", None)
+    assert rep.findings == [] and set(run.tests.values()) == {"passed", "failed"}
+    assert all(run.tests[t] == "passed" for t in [*task.FAIL_TO_PASS, *task.PASS_TO_PASS])
+
+
+_OBSERVER = """
+def _lg_observe(tag):
+    # what code under test can see of the run without any audited call
+    import json, os, sys, linecache
+    seen = {'tag': tag}
+    for path in sorted(set(p.split('::')[0] for p in FILES)):
+        tail = sys.modules['_py' + 'test.assertion.rewrite'].PYC_TAIL  # the sandbox's pytest's cache name
+        pyc = os.path.join(os.path.dirname(path), '__pycache__', os.path.basename(path)[:-3] + tail)
+        for name in (path, pyc):
+            try:
+                st = os.stat(name)
+                seen[name] = [st.st_size, st.st_mode, st.st_nlink]
+            except OSError as exc:
+                seen[name] = type(exc).__name__
+    seen['linecache'] = sorted(k for k in linecache.cache if '/tests/' in k)
+    last = getattr(sys, 'last_value', None)
+    seen['last'] = None if last is None else [type(last).__name__, list(map(str, last.args))]
+    seen['modules'] = sorted(type(m).__name__ for n, m in list(sys.modules.items()) if n.startswith('test_'))
+    with open(os.path.join(WORK, '.lg-observed'), 'a') as fh:  # pytest captures the output streams
+        fh.write(json.dumps(seen) + '\\n')
+_lg_observe('import')
+_lg_wrap(lambda f: (lambda *a, **k: (_lg_observe('call'), f(*a, **k))[1]))
+"""
+
+
+class _Capture:
+    """The real backend; each sandbox hands over what the observer wrote before it is destroyed."""
+
+    def __init__(self, backend) -> None:  # noqa: ANN001
+        self.backend, self.seen = backend, []
+        self.name = backend.name
+
+    def create(self, spec):  # noqa: ANN001, ANN201
+        sandbox, capture = self.backend.create(spec), self
+
+        class Captured:
+            def __getattr__(self, name: str):  # noqa: ANN204
+                return getattr(sandbox, name)
+
+            def destroy(self) -> None:
+                try:
+                    text = sandbox.read_file(".lg-observed")
+                except (OSError, FileNotFoundError):
+                    text = ""
+                capture.seen.append([json.loads(line) for line in text.splitlines()])
+                sandbox.destroy()
+
+        return Captured()
+
+
+@pytest.mark.sandbox
+def test_the_twin_run_looks_like_the_main_run_from_inside(backend):
+    """An observer in the package (no audited call: ``os.stat`` of the test files and of pytest's cached
+    bytecode by name, ``linecache``, ``sys.last_value``, the test modules' classes), at import and at
+    every call of the fixed function, sees the same in the twin run as in the main run: the face is as
+    long as the test file, the cached bytecode padded alike, no test source in linecache, no last
+    exception."""
+    task = get_task("legorl__easy-001")
+    observer = attackers.WRAP + _OBSERVER.replace("FILES", repr([*task.FAIL_TO_PASS, *task.PASS_TO_PASS]))
+    probe = attack_diff(task, observer.replace("WORK", repr("/workspace")))
+    capture = _Capture(backend)
+    report = grade(task, task.patch + probe, capture)
+    assert report.resolved and report.flag_details == [], (
+        [(f.kind, f.evidence) for f in report.flag_details],
+        report.log_tail,
+    )
+    assert len(capture.seen) == 2 and all(capture.seen), capture.seen
+    twin, main = capture.seen  # the twin sandbox is destroyed first
+    # the twin run stops after its last twin: what it saw is what the main run saw up to there
+    assert len(twin) >= 2 and twin == main[: len(twin)], (main, twin)
+    assert main[0]["last"] is None and main[0]["linecache"] == [], main[0]
+    # what it compared: the test files (links to files only this process can open) and, until pytest
+    # loaded it, each one's cached bytecode (as long in both runs)
+    pycs = [v for k, v in main[0].items() if k.endswith(".pyc")]
+    assert any(isinstance(v, list) and v[0] % 65536 == 0 for v in pycs), main[0]
