@@ -202,7 +202,8 @@ def test_bench_trainer_lora_json():
     assert lora["rank"] == 4 and lora["lora_s"] > 0 and lora["full_s"] > 0
     # the adapters' gradients and optimiser state are a sliver of the model's
     assert lora["lora_trainable_params"] < 0.02 * lora["full_trainable_params"]
-    assert lora["memory_ratio"] == pytest.approx(lora["lora_peak_rss_mb"] / lora["full_peak_rss_mb"]) < 1
+    assert lora["memory_ratio"] == pytest.approx(lora["lora_peak_rss_mb"] / lora["full_peak_rss_mb"])
+    assert lora["memory_ratio"] < 1  # on this tiny batch the model's gradients and AdamW state dominate
     # TRL trained the same adapters from the same start: the same gradient
     assert out["grad_norm_rel_diff"] < 1e-3
 

@@ -204,3 +204,18 @@ def test_suite_names_and_paths(tmp_path, monkeypatch):
     with pytest.raises(TaskError, match="a suite name is"):
         suite_dir("bad name!")
     assert Path(suite_dir("./rel")).is_absolute()
+
+
+def test_a_run_without_tests_says_what_pytest_said():
+    from legorl.tasks.mining.testrun import parse_output
+
+    out = parse_output(
+        'LEGORL-MINING-PROBE-3\n{"tests": {}, "durations": {}, "messages": {}, "frames": {}, "collect_errors": {}, '
+        '"coverage": null}\n\nLEGORL-MINING-STDERR\nINTERNALERROR> ...\nINTERNALERROR> pytest.PytestConfigWarning: '
+        "Unknown config option: cache_dir\n",
+        1.5,
+    )
+    assert not out.ok and out.exit_code == 3
+    assert out.problem.endswith("pytest.PytestConfigWarning: Unknown config option: cache_dir")
+    ok = parse_output('LEGORL-MINING-PROBE-1\n{"tests": {"t.py::a": "passed", "t.py::b": "failed"}}\n', 2.0)
+    assert ok.ok and ok.passed == {"t.py::a"} and ok.exit_code == 1

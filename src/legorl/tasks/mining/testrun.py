@@ -41,6 +41,7 @@ from legorl.tasks.model import TaskEnvironment
 RUN_FORMAT = 3  # bump when what a run records (or how) changes: old cache entries no longer match
 GLOBAL = "<global>"
 _MARK = "LEGORL-MINING-PROBE-"
+_ERR = "LEGORL-MINING-STDERR"
 _MESSAGE_LIMIT = 800
 _FRAMES = 8
 
@@ -283,7 +284,8 @@ def _command(spec: RunSpec, python: str) -> str:
         "mkdir -p /tmp/legorl-probe && cat > /tmp/legorl-probe/legorl_mining_probe.py && "
         f"export LEGORL_PROBE_OUT={out} PYTHONPATH=/tmp/legorl-probe${{PYTHONPATH:+:$PYTHONPATH}} && "
         f"cd {WORKSPACE} && {shlex.join(argv)} >/dev/null 2>/tmp/legorl-probe/err; rc=$?; "
-        f"echo {_MARK}$rc; cat {out} 2>/dev/null || tail -c 3000 /tmp/legorl-probe/err"
+        f"echo {_MARK}$rc; cat {out} 2>/dev/null || tail -c 3000 /tmp/legorl-probe/err; "
+        f"echo; echo {_ERR}; tail -c 1500 /tmp/legorl-probe/err"
     )
 
 
@@ -341,6 +343,9 @@ def run_tests(spec: RunSpec, backend: SandboxBackend, cache: RunCache | None = N
 
 
 def parse_output(stdout: str, seconds: float) -> RunResult:
+    stdout, _, err = stdout.partition(_ERR)
+    lines = [ln.strip() for ln in err.splitlines() if ln.strip()]
+    last = next((ln for ln in reversed(lines) if "Error" in ln or "error" in ln), lines[-1] if lines else "")
     head, sep, body = stdout.rpartition(_MARK)
     if not sep:
         return RunResult(seconds=seconds, problem="no report from the test run: " + stdout[-500:])
@@ -351,7 +356,7 @@ def parse_output(stdout: str, seconds: float) -> RunResult:
         return RunResult(seconds=seconds, exit_code=_int(code), problem="pytest gave no report: " + payload[-1500:])
     result = RunResult.from_dict({**data, "exit_code": _int(code), "seconds": round(seconds, 3)})
     if not result.tests and not result.collect_errors and result.exit_code not in (0, 5):
-        result.problem = f"pytest exited {result.exit_code} without running a test"
+        result.problem = f"pytest exited {result.exit_code} without running a test: {last[-300:]}"
     return result
 
 
