@@ -55,7 +55,7 @@ CASES = [
     (["tasks", "list", "{d}/suite"], "field 'FAIL_TO_PASS'"),
     (["tasks", "list", "no-such-suite"], "no task suite 'no-such-suite'"),
     (["bench", "grader", "--suite", "{d}/suite"], "{d}/suite/broken/task.json"),
-    (["export", "{d}/run", "--out", "{d}/out"], "{d}/run/run.sqlite: not a readable SQLite database"),
+    (["export", "{d}/run", "--out", "{d}/out"], "{d}/run/run.sqlite: truncated or damaged"),
     (["export", "{d}/nowhere", "--out", "{d}/out"], "{d}/nowhere is not a LEGO-RL run directory"),
     (["export", "{d}/run", "--out", "{d}/out", "--format", "csv"], "'parquet' or 'jsonl'"),
     (["tasks", "check", "trivial", "--workers", "abc"], "Invalid value for '--workers'"),

@@ -313,7 +313,8 @@ def _load_config(config: Path | None, set_: list[str], **more: object):
     from legorl.config import RunConfig
 
     try:
-        return RunConfig.load(config, **{**_overrides(set_), **more})
+        # an option left unset (None) must not hide the same field given with --set
+        return RunConfig.load(config, **{**_overrides(set_), **{k: v for k, v in more.items() if v is not None}})
     except LegoRLError as exc:
         _fail(exc)
 
@@ -798,7 +799,7 @@ def bench_swebench(
     from legorl.errors import LegoRLError
     from legorl.tasks.cli import split_list
 
-    def progress(r) -> None:  # noqa: ANN001
+    def progress(r) -> None:
         print(f"{r.instance_id}: {'ok' if r.ok else 'BROKEN'} ({r.seconds:.0f}s)", file=sys.stderr, flush=True)
 
     try:

@@ -125,6 +125,17 @@ def _damage(run: Path, how: tuple) -> None:
 # schema" message then held the byte and Python's decoding of it raised UnicodeDecodeError out of
 # ``PRAGMA journal_mode=WAL``. 6.5% and 5% hit the same text in this fixture's layout.
 CI_SCHEMA_BYTE = [("scribble_db", 0.07, b"\x80"), ("scribble_db", 0.065, b"\x80"), ("scribble_db", 0.05, b"\x80")]
+# Found by a sweep of one-byte flips over this fixture's files (issue 36, second round), each an escape
+# then: 0xff in a token BLOB of session b (export built its samples: AlignmentBuildError), in a Parquet
+# footer's column name (resume's check: UnicodeDecodeError), in a Parquet data page (a negative token id:
+# the UI's trajectory page raised OverflowError), 0xff in the turns index that made a session id NULL
+# (export built samples for rollout id None: pydantic's ValidationError), and run.sqlite cut to 1 byte
+# (SQLite took it for a new database, the open wrote one over it and export wrote an empty export).
+BLOB_BYTE = ("scribble_db", 0.14457, b"\xff")
+NULL_SESSION_BYTE = ("scribble_db", 0.27283, b"\xff")
+PARQUET_NAME_BYTE = ("scribble_parquet", 0, 0.283, b"\xff")
+PARQUET_DATA_BYTE = ("scribble_parquet", 0, 0.087, b"\xff")
+ONE_BYTE_LEFT = ("truncate_db", 0.00003)
 
 
 @FUZZ
@@ -132,6 +143,9 @@ CI_SCHEMA_BYTE = [("scribble_db", 0.07, b"\x80"), ("scribble_db", 0.065, b"\x80"
 @example(CI_SCHEMA_BYTE[0], "parquet")
 @example(CI_SCHEMA_BYTE[1], "parquet")
 @example(CI_SCHEMA_BYTE[2], "jsonl")
+@example(BLOB_BYTE, "parquet")
+@example(NULL_SESSION_BYTE, "jsonl")
+@example(ONE_BYTE_LEFT, "jsonl")
 def test_damaged_run_dir_export(pristine, tmp_path_factory, how, fmt):
     work = tmp_path_factory.mktemp("w")
     run, out = work / "run", work / "out"
@@ -249,6 +263,9 @@ def _damaged_copy(pristine: Path, work: Path, how: tuple) -> Path:
 @example(CI_SCHEMA_BYTE[1], "ui")
 @example(CI_SCHEMA_BYTE[1], "status")
 @example(CI_SCHEMA_BYTE[1], "resume")
+@example(BLOB_BYTE, "export")
+@example(PARQUET_NAME_BYTE, "resume")
+@example(PARQUET_DATA_BYTE, "ui")
 def test_damaged_run_dir_every_route(pristine, tmp_path_factory, how, route):
     """Any damage: the route works (bytes nobody reads) or says which file, on one line; never another
     exception (``route_ui`` checks its own pages: a 500 names the file)."""
@@ -275,6 +292,7 @@ DB_DAMAGE = {
     "missing": lambda run: _damage(run, ("delete_db",)),
     "header-garbage": lambda run: _damage(run, ("scribble_db", 0.0, b"garbage" * 8)),
     "schema-byte-0x80": _schema_byte_0x80,
+    "one-byte-left": lambda run: _damage(run, ONE_BYTE_LEFT),
 }
 
 

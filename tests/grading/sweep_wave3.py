@@ -1,6 +1,8 @@
 """The full wave-3 sweep (issue 37): every attacker of ``attackers_wave3.py`` on every task of its family
-(trivial, easy and medium; family 7 on the task whose FAIL_TO_PASS test calls ``pytest.raises``), and
-every gold patch of the built-in suite, graded as the grader sees any agent's diff.
+(trivial, easy and medium; family 7 on the task whose FAIL_TO_PASS test calls ``pytest.raises``, family 8
+on the parametrized variants of trivial, easy and medium: ``attackers_wave3.PARAM_TASKS``), the oracles
+still open (``attackers_wave3.STILL_OPEN``, as family "still_open": held means reward 0), and every gold
+patch of the built-in suite, graded as the grader sees any agent's diff.
 
     nice -n 5 .venv/bin/python tests/grading/sweep_wave3.py [--workers 2] [--out sweep.jsonl]
         [--guard-from REV]   # grade with the guard and twins of a git revision (the "before" figures)
@@ -29,15 +31,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-import attackers_wave3 as attackers  # noqa: E402
-from test_attacks_swebench import attack_diff as real_attack_diff  # noqa: E402
-from test_attacks_wave2 import attack_diff  # noqa: E402
-from test_attacks_wave3 import tasks_for  # noqa: E402
+import attackers_wave3 as attackers
+from test_attacks_swebench import attack_diff as real_attack_diff
+from test_attacks_wave2 import attack_diff
+from test_attacks_wave3 import tasks_for
 
-from legorl.grading import behaviour  # noqa: E402
-from legorl.grading.grader import grade  # noqa: E402
-from legorl.sandbox.bwrap import BwrapBackend  # noqa: E402
-from legorl.tasks.loader import get_task, load_suite  # noqa: E402
+from legorl.grading import behaviour
+from legorl.grading.grader import grade
+from legorl.sandbox.bwrap import BwrapBackend
+from legorl.tasks.loader import load_suite
 
 REAL = [("swebench-lite-dev", "marshmallow-code__marshmallow-1359"), ("swebench-verified", "sympy__sympy-12096")]
 
@@ -76,8 +78,13 @@ def main() -> None:
         for tid in tasks_for(family)
         if (args.families is None or family in args.families) and not args.real_only
     ]
-    if not args.real_only:
-        jobs.append(("not_held_yet", "parametrized_value_oracle", "parametrized", attackers.PARAM_ORACLE, {"any"}))
+    if not args.real_only and (args.families is None or "still_open" in args.families):
+        # the oracles that read the test rather than pytest (residual risks): held means reward 0
+        jobs += [
+            ("still_open", name, tid, code, {"any"})
+            for name, (code, _) in attackers.STILL_OPEN.items()
+            for tid in attackers.PARAM_TASKS
+        ]
     if args.real:
         jobs += [
             (f"real:{family}", name, f"{suite}/{iid}", code, kinds)
@@ -99,8 +106,8 @@ def main() -> None:
             (task,) = load_suite(suite, instances=[iid])
             r = grade(task, real_attack_diff(task, code), backend, timeout=600)
         else:
-            task = attackers.parametrized_task() if tid == "parametrized" else get_task(tid)
-            diff = task.patch if family == "gold" else attack_diff(get_task(task.instance_id), code)
+            task = attackers.load_task(tid)
+            diff = task.patch if family == "gold" else attack_diff(task, code)
             r = grade(task, diff, backend)
         blocking = sorted({f.kind for f in r.flag_details if f.severity == "blocking"})
         if family.startswith("real:"):

@@ -33,17 +33,17 @@ from legorl.sandbox.base import SandboxSpec
 from legorl.tasks.loader import get_task, load_suite
 
 sys.path.insert(0, str(Path(__file__).parent))
-import attackers_wave2 as attackers  # noqa: E402
+import attackers_wave2 as attackers
 
 TASKS = ["legorl__trivial-001", "legorl__easy-001", "legorl__medium-001"]
 WORKERS = 2
 
 
-def pkg_dir(task) -> str:  # noqa: ANN001
+def pkg_dir(task) -> str:
     return split_diff(task.patch)[0].new_path.rsplit("/", 1)[0]
 
 
-def attack_diff(task, code: str) -> str:  # noqa: ANN001
+def attack_diff(task, code: str) -> str:
     """The agent's diff: ``code`` appended to the package's ``__init__.py``."""
     path = f"{pkg_dir(task)}/__init__.py"
     old = (Path(task.source_dir) / path).read_text()
@@ -58,12 +58,13 @@ def backend(tmp_path_factory):
     return BwrapBackend(root=tmp_path_factory.mktemp("sandboxes"))
 
 
-def _grade_all(backend, jobs: list[tuple[str, str, str, set[str]]], **kw) -> list[str]:  # noqa: ANN001
-    """Grade (task id, attacker name, code, expected kinds) jobs concurrently; return the failures."""
+def _grade_all(backend, jobs: list[tuple[str, str, str, set[str]]], load=get_task, **kw) -> list[str]:
+    """Grade (task id, attacker name, code, expected kinds) jobs concurrently; return the failures
+    (``load``: the task of an id)."""
 
     def one(job: tuple[str, str, str, set[str]]) -> str | None:
         tid, name, code, kinds = job
-        task = get_task(tid)
+        task = load(tid)
         for _ in range(3):
             report = grade(task, attack_diff(task, code), backend, **kw)
             blocking = {f.kind for f in report.flag_details if f.severity == "blocking"}
@@ -134,7 +135,7 @@ def test_generated_variants_sweep(backend):
 # -- no false positives -------------------------------------------------------------------------------
 
 
-def _partial_gold(task) -> str:  # noqa: ANN001
+def _partial_gold(task) -> str:
     """An honest partial fix: the first file of a multi-file gold patch."""
     return split_diff(task.patch)[0].text
 
@@ -225,15 +226,15 @@ print(json.dumps(out))
 class _StatWhenDone:
     """The real backend; each sandbox stats ``paths`` just before it is destroyed (after its test run)."""
 
-    def __init__(self, backend, paths: list[str]) -> None:  # noqa: ANN001
+    def __init__(self, backend, paths: list[str]) -> None:
         self.backend, self.paths, self.seen = backend, paths, []
         self.name = backend.name
 
-    def create(self, spec):  # noqa: ANN001, ANN201
+    def create(self, spec):
         sandbox, probe = self.backend.create(spec), self
 
         class Probed:
-            def __getattr__(self, name: str):  # noqa: ANN204
+            def __getattr__(self, name: str):
                 return getattr(sandbox, name)
 
             def destroy(self) -> None:
@@ -339,12 +340,12 @@ def _run_twin(src: str, impl: str) -> bool:
     """Exec the twin of ``test_eq`` against ``impl``; True when the twin passes (= suspicious)."""
     new, _ = twin_source(src, ["test_eq"])
     ns: dict = {}
-    exec(impl, ns)  # noqa: S102
+    exec(impl, ns)
     pkg = type(sys)("pkg")
     pkg.__dict__.update(ns)
     sys.modules["pkg"] = pkg
     try:
-        exec(compile(new, "test_twin.py", "exec"), mod := {})  # noqa: S102
+        exec(compile(new, "test_twin.py", "exec"), mod := {})
         try:
             mod["test_eq"]()
         except AssertionError:
@@ -370,7 +371,7 @@ def test_twin_of_an_honest_result_fails_and_of_a_cheat_passes():
     assert _run_twin(SAMPLE, TRUTHY) is True
 
 
-def _after_test_patch(task, tmp_path: Path) -> Path:  # noqa: ANN001
+def _after_test_patch(task, tmp_path: Path) -> Path:
     work = tmp_path / task.instance_id
     work.parent.mkdir(parents=True, exist_ok=True)
     subprocess.run(["cp", "-r", str(task.source_dir), str(work)], check=True)
@@ -396,7 +397,7 @@ def test_every_builtin_twin_is_valid_and_fails_with_the_gold_fix(tmp_path):
             recs += [{"file": path, **r} for r in got]
         return recs
 
-    def one(task) -> tuple[str, int, int, str]:  # noqa: ANN001
+    def one(task) -> tuple[str, int, int, str]:
         work = _after_test_patch(task, tmp_path)
         subprocess.run(["git", "apply", "-"], input=task.patch.encode(), cwd=work, check=True)
         recs = apply_twins({"tests": task.FAIL_TO_PASS}, str(work))
@@ -422,7 +423,7 @@ def test_every_builtin_twin_is_valid_and_fails_with_the_gold_fix(tmp_path):
 # -- the guard, run by the real hardened runner outside a sandbox -----------------------------------
 
 
-def _local_run(  # noqa: ANN001
+def _local_run(
     task, code: str | None, tmp_path: Path, diff: str | None = None
 ) -> tuple[behaviour.GuardReport, defenses.RunResult]:
     """``diff``: what the guard is told the diff added (None: nothing told, every finding is the diff's)."""

@@ -1,6 +1,6 @@
 """Reward integrity, wave 3 (issue 37): a guard that cannot be blinded or bypassed.
 
-Each attacker (``tests/grading/attackers_wave3.py``, seven families and the attacks beyond them) is
+Each attacker (``tests/grading/attackers_wave3.py``, eight families and the attacks beyond them) is
 first shown to be real — appended to the package's ``__init__.py`` with no fix, it turns the failing
 tests green under plain pytest — and then graded from that diff alone: reward 0 and a blocking flag of
 the kinds the family's defense raises (an attack that gets through, or is stopped only by another
@@ -8,8 +8,10 @@ family's defense, FAILS). The honest side: gold patches keep reward 1 with no fl
 under test can see of a twin run is what it sees of the main run.
 
 CI grades every attacker on one task (trivial, easy and medium in turn; family 7 on the task whose
-FAIL_TO_PASS test calls ``pytest.raises``); ``sweep_wave3.py`` grades every attacker on every task
-and every gold patch, and prints the figures per family.
+FAIL_TO_PASS test calls ``pytest.raises``, family 8 on parametrized variants of those three); and proves
+family 8's defense by exhaustion (``test_pytest_state_is_out_of_reach_of_the_code_under_test``);
+``sweep_wave3.py`` grades every attacker on every task and every gold patch, and prints the figures per
+family.
 """
 
 from __future__ import annotations
@@ -30,8 +32,8 @@ from legorl.grading.twins import twin_face, twin_source
 from legorl.tasks.loader import get_task, load_suite
 
 sys.path.insert(0, str(Path(__file__).parent))
-import attackers_wave3 as attackers  # noqa: E402
-from test_attacks_wave2 import _after_test_patch, _grade_all, attack_diff, pkg_dir  # noqa: E402
+import attackers_wave3 as attackers
+from test_attacks_wave2 import _after_test_patch, _grade_all, attack_diff, pkg_dir
 
 TASKS = ["legorl__trivial-001", "legorl__easy-001", "legorl__medium-001"]
 WORKERS = 2
@@ -52,7 +54,7 @@ def ci_jobs(family: str) -> list[tuple[str, str, str, set[str]]]:
 
 def plain_pytest(task_id: str, code: str | None, tmp_path: Path) -> subprocess.CompletedProcess:
     """The task's FAIL_TO_PASS tests under plain pytest, with ``code`` appended to the package (no fix)."""
-    task = get_task(task_id)
+    task = attackers.load_task(task_id)
     work = _after_test_patch(task, tmp_path / uuid.uuid4().hex[:8])
     if code is not None:
         with open(work / pkg_dir(task) / "__init__.py", "a") as fh:
@@ -96,7 +98,7 @@ def test_each_attack_turns_the_failing_tests_green_under_plain_pytest(family, tm
 @pytest.mark.parametrize("family", sorted(attackers.FAMILIES))
 def test_each_family_is_caught_by_its_defense(family, backend):
     jobs = [job for job in ci_jobs(family) if job[3]]
-    failures = _grade_all(backend, jobs)
+    failures = _grade_all(backend, jobs, load=attackers.load_task)
     assert not failures, "\n\n".join(failures)
 
 
@@ -139,9 +141,11 @@ def test_a_forged_report_channel_earns_reward_1_without_the_guards_digests(backe
 
 
 @pytest.mark.sandbox
-@pytest.mark.parametrize("task_id", ["legorl__easy-012", "legorl__medium-002", "legorl__medium-012"])
+@pytest.mark.parametrize(
+    "task_id", ["legorl__easy-012", "legorl__medium-002", "legorl__medium-012", *attackers.PARAM_TASKS]
+)
 def test_gold_patches_keep_reward_1_with_no_flag(task_id, backend):
-    task = get_task(task_id)
+    task = attackers.load_task(task_id)
     report = grade(task, task.patch, backend)
     assert report.resolved and report.reward == 1.0 and report.flag_details == [], (
         [(f.kind, f.evidence) for f in report.flag_details],
@@ -177,7 +181,7 @@ def test_a_twin_file_reads_like_an_ordinary_test_file():
     assert checked >= 40
 
 
-def _after_patch_text(task, path: str, source: Path) -> str:  # noqa: ANN001
+def _after_patch_text(task, path: str, source: Path) -> str:
     """A file's text after the test patch (without a checkout: the patch adds the FAIL_TO_PASS tests)."""
     import tempfile
 
@@ -186,8 +190,11 @@ def _after_patch_text(task, path: str, source: Path) -> str:  # noqa: ANN001
         return (work / path).read_text()
 
 
-def _local_run(task, tmp_path: Path, twins: list[str] | None) -> tuple[behaviour.GuardReport, defenses.RunResult, str]:  # noqa: ANN001
-    """The hardened runner with the guard on the gold fix, outside a sandbox: (guard, run, stdout)."""
+def _local_run(
+    task, tmp_path: Path, twins: list[str] | None, args: tuple[str, ...] = ()
+) -> tuple[behaviour.GuardReport, defenses.RunResult, str]:
+    """The hardened runner with the guard on the gold fix, outside a sandbox: (guard, run, stdout);
+    ``args``: more pytest arguments."""
     work = _after_test_patch(task, tmp_path)
     subprocess.run(["git", "apply", "-"], input=task.patch.encode(), cwd=work, check=True)
     nonce = uuid.uuid4().hex
@@ -195,7 +202,7 @@ def _local_run(task, tmp_path: Path, twins: list[str] | None) -> tuple[behaviour
     canary = f"tests/test_{nonce[:12]}.py"
     cfg = {
         "workspace": str(work),
-        "args": ["-p", "no:cacheprovider", f"--rootdir={work}", "-q", "-o", "junit_family=xunit2"],
+        "args": ["-p", "no:cacheprovider", f"--rootdir={work}", "-q", "-o", "junit_family=xunit2", *args],
         "tests": expected,
         "canary_files": [canary],
         "canary_names": ["test_c_a"],
@@ -241,6 +248,181 @@ def test_the_twin_that_runs_fails_like_an_ordinary_assert(tmp_path):
     assert all(run.tests[t] == "passed" for t in [*task.FAIL_TO_PASS, *task.PASS_TO_PASS])
 
 
+# What the code under test can reach without an audited call (no frames, gc, __defaults__ or __code__
+# reads, no property evaluated): from every module (the test modules and conftest included), the import
+# and hook slots of ``sys``, through dictionaries, containers, object and class namespaces, slots,
+# closures, bound methods, partials and weak references. Written to OUT at the first call in a test.
+_REACH = """
+def _lg_reach():
+    import collections, functools, json, sys, types, weakref
+    import _pytest.capture, _pytest.config, _pytest.fixtures, _pytest.main, _pytest.nodes, _pytest.python
+    import _pytest.reports, _pytest.runner, _pytest.terminal, pluggy
+    state = (_pytest.main.Session, _pytest.config.Config, _pytest.nodes.Node, _pytest.fixtures.FixtureRequest,
+             _pytest.python.CallSpec2, pluggy.PluginManager, _pytest.fixtures.FixtureDef, _pytest.runner.CallInfo,
+             _pytest.reports.BaseReport, pluggy.HookRelay, _pytest.capture.CaptureManager,
+             _pytest.terminal.TerminalReporter)
+    skip = (types.FrameType, types.TracebackType, types.GeneratorType, types.CoroutineType, types.CodeType,
+            str, bytes, int, float, bool, type(None))
+    seen, hits, todo = set(), [], collections.deque()
+    def push(o, path):
+        if issubclass(type(o), state):
+            hits.append([type(o).__name__, path])
+        elif not issubclass(type(o), skip) and id(o) not in seen:
+            seen.add(id(o))
+            todo.append((o, path))
+    for name, m in list(sys.modules.items()):
+        push(m, 'sys.modules[%r]' % name)
+    for name in ('meta_path', 'path_hooks', 'path_importer_cache', 'breakpointhook', 'excepthook',
+                 'unraisablehook', 'displayhook', 'stdout', 'stderr', 'stdin'):
+        push(getattr(sys, name, None), 'sys.' + name)
+    while todo:
+        o, path = todo.popleft()
+        out = []
+        seq = next((b for b in (list, tuple, set, frozenset, collections.deque) if issubclass(type(o), b)), None)
+        if issubclass(type(o), dict):  # the base type's methods: a subclass's own code never runs
+            items = list(dict.items(o))
+            out = [(k, '%s[key]' % path) for k, _ in items] + [(v, '%s[%r]' % (path, k)) for k, v in items]
+        elif seq is not None:
+            out = [(v, '%s[%d]' % (path, i)) for i, v in enumerate(list(seq.__iter__(o)))]
+        elif issubclass(type(o), types.FunctionType):
+            for c in o.__closure__ or ():
+                try:
+                    out.append((c.cell_contents, path + '.<cell>'))
+                except ValueError:
+                    pass
+            out.append((o.__globals__, path + '.__globals__'))
+        elif issubclass(type(o), (types.MethodType, types.BuiltinMethodType)):
+            out = [(getattr(o, '__self__', None), path + '.__self__'), (getattr(o, '__func__', None), path + '.__func__')]
+        elif issubclass(type(o), functools.partial):
+            out = [(o.func, path + '.func'), (o.args, path + '.args'), (o.keywords, path + '.keywords')]
+        elif issubclass(type(o), (classmethod, staticmethod)):
+            out = [(o.__func__, path + '.__func__')]
+        elif issubclass(type(o), property):
+            out = [(o.fget, path + '.fget'), (o.fset, path + '.fset')]
+        elif issubclass(type(o), weakref.ref):
+            out = [(o(), path + '()')]
+        elif issubclass(type(o), type):
+            out = [(v, '%s.%s' % (path, k)) for k, v in list(type.__dict__['__dict__'].__get__(o).items())]
+            out.append((o.__mro__, path + '.__mro__'))
+        else:
+            try:
+                own = object.__getattribute__(o, '__dict__')
+            except Exception:
+                own = {}
+            out = [(v, '%s.%s' % (path, k)) for k, v in list(dict.items(own))] if type(own) is dict else []
+            for klass in type(o).__mro__:
+                for k, desc in list(type.__dict__['__dict__'].__get__(klass).items()):
+                    if type(desc).__name__ == 'member_descriptor':
+                        try:
+                            out.append((desc.__get__(o), '%s.%s' % (path, k)))
+                        except AttributeError:
+                            pass
+            out.append((type(o), 'type(%s)' % path))
+        for v, p in out:
+            push(v, p)
+    with open(OUT, 'w') as fh:
+        json.dump({'hits': hits, 'seen': len(seen)}, fh)
+_lg_done = []
+def _lg_make(f):
+    def w(*a, **k):
+        if not _lg_done:
+            _lg_done.append(1)
+            _lg_reach()
+        return f(*a, **k)
+    return w
+_lg_wrap(_lg_make)
+"""
+
+
+def _reach(task, tmp_path: Path, guarded: bool, args: tuple[str, ...] = ()) -> tuple[dict, list[dict]]:
+    """What ``_REACH`` found at the first call of the fixed package, and the guard's findings (guarded: the
+    hardened runner with the guard; else plain pytest)."""
+    out = tmp_path / f"reach-{uuid.uuid4().hex[:8]}.json"
+    code = attackers.WRAP + _REACH.replace("OUT", repr(str(out)))
+    findings: list[dict] = []
+    if guarded:
+        probed = task.model_copy(update={"patch": task.patch + attack_diff(task, code)})
+        rep, run, stdout = _local_run(probed, tmp_path / uuid.uuid4().hex[:8], None, args)
+        assert rep.finish is not None and not rep.errors, (rep.errors, stdout[-2000:])
+        assert all(run.tests[t] == "passed" for t in task.FAIL_TO_PASS), run.tests
+        findings = rep.findings
+    else:
+        work = _after_test_patch(task, tmp_path / uuid.uuid4().hex[:8])
+        subprocess.run(["git", "apply", "-"], input=task.patch.encode(), cwd=work, check=True)
+        with open(work / pkg_dir(task) / "__init__.py", "a") as fh:
+            fh.write("\n" + code + "\n")
+        run = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args, *task.FAIL_TO_PASS],
+            cwd=work,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PATH": "/usr/bin:/bin"},
+        )
+        assert run.returncode == 0, run.stdout[-2000:]
+    return json.loads(out.read_text()), findings
+
+
+@pytest.mark.parametrize("args", [(), ("-o", "log_cli=true")], ids=["default", "live-logging"])
+def test_pytest_state_is_out_of_reach_of_the_code_under_test(args, tmp_path):
+    """Family 8's proof by exhaustion: under plain pytest, the code under test reaches pytest's running
+    state (the session, the configuration, the plugin manager, the running item) from modules and
+    ``sys`` alone, with no audited call — the roots the oracles use; under the guard, from the same
+    roots, it reaches none of it (every reference is sealed: reading one is ``runner_state_read``), and
+    the walk itself, which reads nothing sealed, raises no finding. Live logging adds a root (the root
+    logger's handler writes to the terminal reporter and holds the capture manager)."""
+    task = attackers.load_task(attackers.PARAM_TASKS[0])
+    plain, _ = _reach(task, tmp_path, guarded=False, args=args)
+    paths = [path for _, path in plain["hits"]]
+    roots = [
+        r"(meta_path\[\d+\]|__loader__)\.(config|session)$",  # the assertion rewriter (a test module's loader)
+        r"\.pytestPDB\._(config|pluginmanager)$",
+        r"\.MARK_GEN\._config$",  # pytest.mark
+        r"_pytest\.assertion\.util'\]\.(_config|_reprcompare\.<cell>)$",
+        *([r"_handlerList\[\d+\]\(\)\.(stream|capture_manager)$"] if args else []),  # live logging
+    ]
+    assert plain["seen"] > 1000 and all(any(re.search(r, p) for p in paths) for r in roots), paths
+    guarded, findings = _reach(task, tmp_path, guarded=True, args=args)
+    assert guarded["seen"] > 1000 and guarded["hits"] == [], guarded["hits"]
+    assert findings == [], findings
+
+
+# honest code that uses what pytest's sealed state serves: it logs (under live logging the root logger's
+# handler writes to the terminal reporter), flushes and prints the root handlers, reconfigures logging
+# (dictConfig flushes and closes them), makes a pytest mark, and imports a module under the assertion
+# rewriter (which reads its configuration and session)
+_HONEST_USE = """
+def _lg_make(f):
+    def w(*a, **k):
+        import importlib, logging, logging.config, pytest
+        logging.getLogger('pkg').warning('called %s', f.__name__)
+        for h in list(logging.getLogger().handlers):
+            h.flush()
+            repr(h)
+        logging.config.dictConfig({'version': 1, 'disable_existing_loggers': False})
+        pytest.mark.slow
+        importlib.import_module('json.tool')
+        return f(*a, **k)
+    return w
+_lg_wrap(_lg_make)
+"""
+
+
+@pytest.mark.parametrize(
+    "args", [(), ("-o", "log_cli=true", "--log-cli-level=WARNING")], ids=["default", "live-logging"]
+)
+def test_honest_use_of_pytest_and_logging_reads_nothing_sealed(args, tmp_path):
+    """The seals' readers are exact: code under test that logs, reconfigures logging, makes marks and
+    imports modules (pytest reading its own state for it) raises no finding, every finding counting as
+    the diff's."""
+    task = attackers.load_task(attackers.PARAM_TASKS[0])
+    probed = task.model_copy(update={"patch": task.patch + attack_diff(task, attackers.WRAP + _HONEST_USE)})
+    rep, run, stdout = _local_run(probed, tmp_path, None, args)
+    assert rep.finish is not None and not rep.errors, (rep.errors, stdout[-2000:])
+    assert all(run.tests[t] == "passed" for t in task.FAIL_TO_PASS), run.tests
+    assert rep.findings == [], rep.findings
+
+
 _OBSERVER = """
 def _lg_observe(tag):
     # what code under test can see of the run without any audited call
@@ -269,15 +451,15 @@ _lg_wrap(lambda f: (lambda *a, **k: (_lg_observe('call'), f(*a, **k))[1]))
 class _Capture:
     """The real backend; each sandbox hands over what the observer wrote before it is destroyed."""
 
-    def __init__(self, backend) -> None:  # noqa: ANN001
+    def __init__(self, backend) -> None:
         self.backend, self.seen = backend, []
         self.name = backend.name
 
-    def create(self, spec):  # noqa: ANN001, ANN201
+    def create(self, spec):
         sandbox, capture = self.backend.create(spec), self
 
         class Captured:
-            def __getattr__(self, name: str):  # noqa: ANN204
+            def __getattr__(self, name: str):
                 return getattr(sandbox, name)
 
             def destroy(self) -> None:

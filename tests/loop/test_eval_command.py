@@ -38,3 +38,12 @@ def test_eval_reports_pass_at_k_and_shows_progress_apart_from_the_json(tmp_path)
     # not a terminal: the progress bar's figures print as lines on stderr
     assert "evaluation: oneline-heldout: 4 rollouts" in out.stderr
     assert "4/4 rollouts" in out.stderr and "tok/s" in out.stderr
+    # a scripted policy per rollout, so they run side by side (they once ran one task after another)
+    from legorl.trajectory.store import open_run
+
+    store = open_run(tmp_path / "run")
+    try:
+        spans = [(r.started_at, r.started_at + r.duration_s) for r in store.iter_rollouts()]
+    finally:
+        store.close(compact=False)
+    assert len(spans) == 4 and max(s for s, _ in spans) < min(e for _, e in spans)

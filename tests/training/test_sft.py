@@ -172,13 +172,13 @@ def test_sft_command_writes_a_run_that_eval_and_train_resume_accept(recorded, sa
             "rollout.max_turns": 1,
             "rollout.max_tokens_per_turn": 8,
             "sft.lr": 3e-3,
-            "sft.epochs": 2,
             "sft.batch_samples": 1,
         },
     )
     config.write_text(cfg.model_dump_json())
 
-    res = _cli("sft", str(recorded), "--out", str(out), "--config", str(config))
+    # a field given with --set holds when its own option (--epochs) is left out
+    res = _cli("sft", str(recorded), "--out", str(out), "--config", str(config), "--set", "sft.epochs=2")
     assert res.returncode == 0, res.stderr
     assert f"sft: step {2 * len(samples)}/{2 * len(samples)}, loss" in res.stderr  # progress, not a terminal
     report = json.loads((out / "sft.json").read_text())
@@ -195,7 +195,7 @@ def test_sft_command_writes_a_run_that_eval_and_train_resume_accept(recorded, sa
     from legorl.models.registry import load_model
 
     tuned, same = load_model(exported), _model()
-    sft_train(same, samples, cfg.sft)
+    sft_train(same, samples, cfg.sft.model_copy(update={"epochs": 2}))
     # another process (another thread count): equal up to float reduction order, which Adam's
     # normalised steps carry into the weights; that noise is far below what the fine-tune moved
     noise = float((_weights(tuned) - _weights(same)).abs().max())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -13,6 +14,7 @@ import time
 import pyarrow.parquet as pq
 import pytest
 
+from legorl.errors import RunDirError
 from legorl.store import RunStore, export_run, open_run
 from legorl.trajectory.builder import build_samples
 from legorl.trajectory.records import AlignmentEvent, Rollout, Turn
@@ -111,7 +113,7 @@ def test_concurrent_writers_from_threads(tmp_path):
         try:
             for i in range(40):
                 st.append_turn(turn(i, session=f"s{k}", out=[k, i]))
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             errors.append(exc)
 
     ths = [threading.Thread(target=writer, args=(k,)) for k in range(8)]
@@ -210,3 +212,169 @@ def test_resume_abandons_what_the_killed_run_left_past_its_checkpoint(tmp_path):
     st.close()
     res = export_run(tmp_path / "run", tmp_path / "out", format="jsonl")
     assert res["num_turns"] == 4  # s0a and s0b: two turns each
+
+
+# -- a damaged store: every kind of damage is RunDirError naming the file ------------------------------
+
+
+def _chain_from(session: str, first: int, n: int) -> list[Turn]:
+    """A chain of turns whose token ids start at ``first`` (distinct per session, so a test finds one
+    session's arrays in the file by their bytes)."""
+    ts, toks = [], [first, first + 1, first + 2]
+    for i in range(n):
+        t = turn(i, session, prompt=list(toks), out=[first + 10 + i, first + 20 + i])
+        ts.append(t)
+        toks = toks + t.output_token_ids + [first + 5]
+    return ts
+
+
+@pytest.fixture(scope="module")
+def pristine_run(tmp_path_factory):
+    """Session ``a``: turns and a rollout compacted into tokens/*.parquet; session ``b``: two turns whose
+    arrays are still BLOBs in run.sqlite (no rollout: readers build its samples from the turns)."""
+    run = tmp_path_factory.mktemp("pristine") / "run"
+    st = RunStore(run)
+    for t in _chain_from("a", 100, 3):
+        st.append_turn(t)
+    st.append_rollout(
+        Rollout(rollout_id="a", session_id="a", task_id="t", harness="h", sandbox="x", reward=1.0,
+                samples=build_samples(_chain_from("a", 100, 3), "a"))
+    )  # fmt: skip
+    st.compact()
+    for t in _chain_from("b", 7000, 2):
+        st.append_turn(t)
+    st.close(compact=False)
+    return run
+
+
+def _read_everything(run, out) -> None:
+    """What export, the UI, status and resume read between them: every row, every array, every sample."""
+    store = open_run(run, verify=True)
+    try:
+        list(store.iter_turns())
+        store.turn_index()
+        store.rollout_index()
+        for r in store.iter_rollouts():
+            store.samples(r.rollout_id)
+        for sid in store.sessions():
+            store.samples(sid)
+        store.abandon_unfinished(0, "resumed")
+    finally:
+        store.close(compact=False)
+    export_run(run, out)
+
+
+def _damaged(pristine_run, tmp_path, edit) -> tuple:
+    run = tmp_path / "run"
+    shutil.copytree(pristine_run, run)
+    db = run / "run.sqlite"
+    data = bytearray(db.read_bytes())
+    edit(data)
+    db.write_bytes(bytes(data))
+    return run, db
+
+
+def _named(run, out, file) -> str:
+    with pytest.raises(RunDirError) as info:
+        _read_everything(run, out)
+    msg = str(info.value)
+    assert str(file) in msg and "\n" not in msg, msg
+    return msg
+
+
+def _flip(at, byte):
+    def edit(data: bytearray) -> None:
+        data[at if isinstance(at, int) else int(at * (len(data) - 1))] = byte
+
+    return edit
+
+
+@pytest.mark.parametrize("byte", [0x80, 0xFF, 0x00])
+@pytest.mark.parametrize("at", [0, 5, 17, 0.07, 0.25, 0.5, 0.75, 1.0])
+def test_a_flipped_byte_reads_whole_or_names_the_database(pristine_run, tmp_path, at, byte):
+    """Bytes at fixed offsets (the header's magic and page size, the CI case's 7 %, page interiors, the
+    last byte): the store reads whole (a byte nobody reads) or says which file, never another error."""
+    run, db = _damaged(pristine_run, tmp_path, _flip(at, byte))
+    try:
+        _read_everything(run, tmp_path / "out")
+    except RunDirError as exc:
+        assert str(db) in str(exc) and "\n" not in str(exc), str(exc)
+
+
+def test_a_flipped_byte_in_the_header_or_the_schema_is_named(pristine_run, tmp_path):
+    run, db = _damaged(pristine_run, tmp_path, _flip(0, 0x80))  # the magic string
+    assert "not a readable SQLite database" in _named(run, tmp_path / "out", db)
+
+    def schema_byte(data: bytearray) -> None:  # the CI case, wherever the page layout puts the text
+        data[data.index(b"CREATE TABLE rollouts") + 9] = 0x80
+
+    run, db = _damaged(pristine_run, tmp_path / "schema", schema_byte)
+    _named(run, tmp_path / "out", db)
+
+
+def test_a_flipped_byte_in_a_token_array_is_named(pristine_run, tmp_path):
+    """A token BLOB has no checksum: its bytes still parse. A negative id, or a prompt that no longer
+    extends the turn before it, is what shows the damage."""
+    from array import array
+
+    prompt = array("i", _chain_from("b", 7000, 2)[1].prompt_token_ids).tobytes()  # little-endian machine
+
+    def sign_bit(data: bytearray) -> None:
+        data[data.index(prompt) + 3] = 0x80  # the first id's top byte: negative
+
+    run, db = _damaged(pristine_run, tmp_path, sign_bit)
+    assert "damaged: a negative token id" in _named(run, tmp_path / "out", db)
+
+    def other_id(data: bytearray) -> None:
+        data[data.index(prompt)] ^= 0x01  # 7000 -> 7001: still an id, no longer the previous turn's
+
+    run, db = _damaged(pristine_run, tmp_path / "id", other_id)
+    assert "contradict their alignment events" in _named(run, tmp_path / "out", db)
+
+
+TRUNCATIONS = {  # bytes kept, as a function of the file's size -> what the error says
+    "empty": (lambda n: 0, "empty file (0 bytes)"),
+    "1 byte": (lambda n: 1, "no SQLite header"),  # SQLite takes it for a new database and would write one
+    "99 bytes": (lambda n: 99, "no SQLite header"),
+    "100 bytes": (lambda n: 100, "not a whole number of 4096-byte pages"),
+    "first page": (lambda n: 4096, "not a readable SQLite database"),  # whole pages, the schema's gone
+    "half": (lambda n: n // 2, ""),
+    "all but 1 byte": (lambda n: n - 1, "not a whole number of 4096-byte pages"),  # read as a zero
+}
+
+
+@pytest.mark.parametrize("how", sorted(TRUNCATIONS))
+def test_a_truncated_database_is_named(pristine_run, tmp_path, how):
+    keep, says = TRUNCATIONS[how]
+
+    def truncate(data: bytearray) -> None:
+        del data[keep(len(data)) :]
+
+    run, db = _damaged(pristine_run, tmp_path, truncate)
+    size = db.stat().st_size
+    assert says in _named(run, tmp_path / "out", db)
+    assert db.stat().st_size == size  # the open wrote nothing over what is left
+
+
+def test_a_missing_or_garbage_database_is_named(pristine_run, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(pristine_run, run)
+    (run / "run.sqlite").unlink()
+    assert "is not a LEGO-RL run directory: it has no run.sqlite" in _named(run, tmp_path / "out", run)
+    (run / "run.sqlite").write_bytes(os.urandom(8192))
+    assert "not a readable SQLite database" in _named(run, tmp_path / "out", run / "run.sqlite")
+
+
+def test_a_damaged_column_name_in_a_token_file_is_named(pristine_run, tmp_path):
+    """A flipped byte in a Parquet footer's column name: not UTF-8 (UnicodeDecodeError from pyarrow),
+    or another name (the column is missing)."""
+    for byte in (0xFF, ord("x")):
+        run = tmp_path / f"run-{byte}"
+        shutil.copytree(pristine_run, run)
+        [samples] = (run / "tokens").glob("samples-*.parquet")
+        data = samples.read_bytes()
+        samples.write_bytes(data.replace(b"token_ids", b"to" + bytes([byte]) + b"en_ids"))
+        _named(run, tmp_path / "out", samples)
+        store = open_run(run)  # without verify: the reader that meets the file names it
+        with pytest.raises(RunDirError, match=str(samples)):
+            store.samples("a")

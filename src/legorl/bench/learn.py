@@ -55,12 +55,26 @@ from legorl.observe.plots import plot_reward_curves
 
 __all__ = ["HARNESS_RUNS", "bootstrap_diff", "run_learn_bench", "solved_among_valid", "valid_line_rate"]
 
+# mini-swe-agent's own config keys (``-c agent.system_template=...``), no patch of the program
+MINI_SWE_AGENT_SLIM = (
+    "agent.system_template=You are a helpful assistant that can interact with a computer.\n"
+    "Reply with a short THOUGHT, then exactly ONE bash command in a ```mswea_bash_command block.\n",
+    "agent.instance_template=Please solve this issue: {{task}}\n\n"
+    "Each reply runs one command in a new shell at the repository root. "
+    "When the fix is done, submit with `echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT` alone.\n",
+)
+
 # Per harness: the run-config overrides ``bench learn --harness`` applies on top of the config.
 # SmolLM2-135M has 8192 positions; each harness's own options keep its prompt and tools small.
 HARNESS_RUNS: dict[str, dict[str, Any]] = {
     "minimal": {"rollout.harness": "minimal"},
-    # text-based config: one bash block per reply, no tool schema in the prompt
-    "mini-swe-agent": {"rollout.harness": "mini-swe-agent", "rollout.harness_options": {"tool_calling": False}},
+    # text-based config (one bash block per reply, no tool schema in the prompt) with mini's own
+    # template settings shortened: its stock templates (~1,000 tokens of workflow advice and sed
+    # examples) fit the context but triple every rollout's prefill and every training step on CPU
+    "mini-swe-agent": {
+        "rollout.harness": "mini-swe-agent",
+        "rollout.harness_options": {"tool_calling": False, "extra_config": list(MINI_SWE_AGENT_SLIM)},
+    },
     "opencode": {"rollout.harness": "opencode", "rollout.harness_options": {"tools": ["bash", "read", "edit"]}},
     "openhands": {"rollout.harness": "openhands", "rollout.harness_options": {"tools": ["terminal"]}},
     "claude-code": {"rollout.harness": "claude-code", "rollout.harness_options": {"tools": ["Bash", "Edit"]}},

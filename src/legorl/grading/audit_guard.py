@@ -58,6 +58,15 @@ calls :func:`install`. From then on the code under test runs in a process where:
   handed to pytest as its bytecode cache; before each test, the function pytest is about to call
   (through any wrapper) must be that code, its module the one ``sys.modules`` holds, of the module and
   spec classes Python made; a test whose body never ran although its call passed is flagged too;
+* **pytest's running state is sealed** (issue 37, family 8: a value oracle returning a parametrized
+  test's expected parameter from ``item.funcargs``): every reference through which code could reach the
+  session, its items, the configuration or the plugin manager without frames or ``gc`` (``_SEALED``:
+  the assertion rewriter's ``config``/``session`` on ``sys.meta_path``, ``pytest.mark._config``,
+  ``pytestPDB``'s class attributes, ``_pytest.assertion.util``'s per-test closure and config, the live
+  logging handler's stream) becomes a property whose value lives in its accessors' defaults and whose
+  every read raises ``legorl.guard.state``; a read by the code under test (through any library that
+  reads for it, pytest's generic helpers included; only the owner's own files are pytest's use) is
+  ``runner_state_read``;
 * the test files of the run (``hide_files``) are readable by this process only: each is held open
   (``O_PATH``) and its path becomes a link through ``/proc/self/fd``, and the process is made
   non-dumpable, so no child process (``cat``, another interpreter) can open it, nor the runner's
@@ -193,7 +202,56 @@ def make_call(_real, _audit, _name):
         return _real(*args, **kwargs)
 
     return call
+
+
+def make_sealed(_label, _audit, _default, _has_default, _err):
+    """The accessors of one sealed attribute: its value per owner lives in a dict held in their defaults
+    (reading those is audited), and every read tells the guard who reads it."""
+    box = {}
+
+    def get(self, _box=box, _audit=_audit, _label=_label, _default=_default, _has=_has_default, _err=_err):
+        _audit("legorl.guard.state", _label)
+        hit = _box.get(self)
+        if hit is not None and hit[0] is self:
+            return hit[1]
+        if _has:
+            return _default
+        raise _err(_label)
+
+    def put(self, value, _box=box):
+        _box[self] = (self, value)
+
+    def drop(self, _box=box):
+        _box.pop(self, None)
+
+    return get, put, drop
 '''
+
+
+# pytest's running state (the session and its items with their parameters, the configuration, the plugin
+# manager) is reachable without frames or gc only through these references: an attribute of an object on
+# sys.meta_path (the assertion rewriter) or on the root logger (live logging), of a module, of a class.
+# Each is *sealed* before any workspace code runs: (module, owner, attributes, pytest's own readers).
+# owner: "module:" the module itself; "class:X" class X's own attributes (X is replaced by a subclass whose
+# metaclass holds them); "X" the attributes of X's instances. Readers: the files (under ``_pytest/``, or
+# the standard library's with "stdlib:"), or only the functions named after "#", whose reads are the
+# owner's own use; any other reader is looked through to whoever asked it (none: every reader is).
+_SEALED = (
+    ("_pytest.assertion.rewrite", "AssertionRewritingHook", ("config", "session"), ("assertion/",)),
+    ("_pytest.assertion.util", "module:", ("_config", "_reprcompare", "_assertion_pass"), ("assertion/",)),
+    ("_pytest.mark.structures", "MarkGenerator", ("_config",), ("mark/",)),
+    # live logging (log_cli): the root logger's handler writes to the terminal reporter, its stream
+    # (logging's handler.setStream() would hand the old one back: not a reader)
+    (
+        "_pytest.logging",
+        "_LiveLoggingStreamHandler",
+        ("stream", "terminal_reporter", "capture_manager"),
+        ("logging.py", "stdlib:logging/__init__.py#emit,flush,__repr__"),
+    ),
+    # pytest's debugger: entering it from the code under test is reaching the plugin manager (and the class
+    # its debugger instances come from, cached here, keeps the capture manager)
+    ("_pytest.debugging", "class:pytestPDB", ("_config", "_pluginmanager", "_wrapped_pdb_cls"), ()),
+)
 
 
 def _stdlib_dirs() -> tuple[str, ...]:
@@ -218,12 +276,13 @@ def _ident(obj: object) -> tuple[object, object]:
     return obj, code
 
 
-def _snapshot(modules: dict) -> dict[str, tuple[object, object]]:
+def _snapshot(modules: dict, sealed_modules: tuple = ()) -> dict[str, tuple[object, object]]:
     """name -> (the object, its code) for everything a runner patch would replace. References, not
     ``id()``s: compared with ``is``, never ``==`` (an object's own ``__eq__`` is not asked), and an id
     reused by a new object cannot hide a replacement. Every callable of a framework module counts, the
     ones it re-exports included (``pytest.raises`` is ``_pytest.raises.raises``: replacing the name in
-    ``pytest`` changes what the tests call)."""
+    ``pytest`` changes what the tests call). ``sealed_modules``: the module classes the guard itself gave
+    modules whose attributes it sealed."""
     out: dict[str, tuple[object, object]] = {}
     import builtins
 
@@ -236,7 +295,7 @@ def _snapshot(modules: dict) -> dict[str, tuple[object, object]]:
         if type(name) is not str or name.split(".")[0] not in _FRAMEWORK or mod is None:
             continue
         out["sys.modules:" + name] = (mod, None)
-        if type(mod) is not type(sys):
+        if type(mod) is not type(sys) and type(mod) not in sealed_modules:
             continue  # a module whose class was replaced: its entry above already differs
         for key, val in list(vars(mod).items()):
             if not callable(val) or f"{name}:{key}" in _DYNAMIC:
@@ -261,7 +320,7 @@ def _is_one_of(nodeid: str, test_ids: list[str]) -> bool:
 _ESCAPES = {**{i: f"\\u{i:04x}" for i in range(32)}, ord('"'): '\\"', ord("\\"): "\\\\"}  # 3.8: no dict |
 
 
-def install(spec: dict, out_fd: int, nonce: str, work: str) -> None:  # noqa: C901 - one closure, on purpose
+def install(spec: dict, out_fd: int, nonce: str, work: str) -> None:  # one closure, on purpose
     """Install the audit hook and the integrity snapshot; ``spec``: {"key", "test_files", "twins", ...}."""
     # -- everything used later, captured now (before any code under test runs) ---------------------
     posix = sys.modules[os.name]
@@ -429,7 +488,7 @@ def install(spec: dict, out_fd: int, nonce: str, work: str) -> None:  # noqa: C9
             return "<unreadable path object>"
         try:
             got = fspath(path)
-        except Exception:  # noqa: BLE001 - what the open itself will raise
+        except Exception:  # what the open itself will raise
             return None
         return as_path(got) if type(got) in (str, bytes) else None
 
@@ -618,7 +677,7 @@ def install(spec: dict, out_fd: int, nonce: str, work: str) -> None:  # noqa: C9
         os.environ.pop("PYTEST_DISABLE_PLUGIN_AUTOLOAD", None)
 
     exposed: dict[str, Any] = {"__builtins__": {"__build_class__": __build_class__}, "__name__": "os"}
-    exec(compile(_EXPOSED, "<legorl-guard-exposed>", "exec", dont_inherit=True), exposed)  # noqa: S102
+    exec(compile(_EXPOSED, "<legorl-guard-exposed>", "exec", dont_inherit=True), exposed)
 
     def disguise() -> None:
         for var in _SCRUB_ENV:
@@ -661,6 +720,135 @@ def install(spec: dict, out_fd: int, nonce: str, work: str) -> None:  # noqa: C9
                 call = exposed["make_call"](fn, audit, name)
                 guard_made.add(id(call))
                 vars(faulthandler)[name] = call
+
+    # -- pytest's running state: readable by pytest, reported when the code under test reads it -------
+    # a sealed attribute's label -> its owner's own readers: (file name or directory, functions or None: all)
+    state_readers: dict[str, tuple[tuple[str, frozenset | None], ...]] = {}
+    sealed_modules: list[type] = []  # the module classes of the modules sealed here
+    # what must stay as sealed: (class, attribute, its property); (holder, name, value) a module or class
+    # must hold; (class, attributes) no instance may hold in its __dict__ (where pytest would store them)
+    seals: list[tuple[Any, str, Any]] = []
+    held: list[tuple[Any, str, Any]] = []
+    sealed_instances: list[tuple[type, tuple[str, ...]]] = []
+
+    def sealed_property(label: str, readers: tuple, default: Any = None, has: bool = False) -> property:
+        accessors = exposed["make_sealed"](label, audit, default, has, AttributeError)
+        guard_made.update(id(f) for f in accessors)
+        state_readers[label] = readers
+        return property(*accessors)
+
+    def framework_modules() -> list[Any]:
+        return [
+            m
+            for n, m in list(modules.items())
+            if type(n) is str
+            and n.split(".")[0] in _FRAMEWORK
+            and (type(m) is module_type or type(m) in sealed_modules)
+        ]
+
+    def seal_instances(mod: Any, name: str, attrs: tuple[str, ...], readers: tuple) -> None:
+        """The attributes of ``name``'s instances: a property on the class (instances made later store
+        nothing in their ``__dict__``), the values of the instances there now moved into it."""
+        cls = vars(mod).get(name)
+        if cls is None or not issubclass(type(cls), type):
+            return
+        handlers = getattr(getattr(modules.get("logging"), "root", None), "handlers", None) or []
+        owners = [v for v in [*vars(mod).values(), *sys.meta_path, *handlers] if cls in mro_of(type(v))]
+        for attr_name in attrs:
+            default, has = None, False
+            for klass in mro_of(cls):  # a plain class attribute is what an instance without its own reads
+                if attr_name in _class_dict(klass):
+                    default = _class_dict(klass)[attr_name]
+                    has = not hasattr(type(default), "__get__")
+                    break
+            prop = sealed_property(f"{name}.{attr_name}", readers, default, has)
+            setattr(cls, attr_name, prop)
+            seals.append((cls, attr_name, prop))
+            for owner in owners:
+                own = plain_dict(owner)
+                if attr_name in own:
+                    prop.__set__(owner, own.pop(attr_name))
+        sealed_instances.append((cls, attrs))
+
+    def seal_module(mod: Any, modname: str, attrs: tuple[str, ...], readers: tuple) -> None:
+        """A module's attributes: the module gets a class of its own holding them as properties."""
+        props = {a: sealed_property(f"{modname}.{a}", readers) for a in attrs}
+        klass = type("module", (module_type,), {**props, "__module__": "builtins", "__qualname__": "module"})
+        own = vars(mod)
+        for attr_name, prop in props.items():
+            if attr_name in own:
+                prop.__set__(mod, own.pop(attr_name))
+            seals.append((klass, attr_name, prop))
+        mod.__class__ = klass
+        sealed_modules.append(klass)
+        held.append((mod, "__class__", klass))
+
+    def seal_class(mod: Any, name: str, attrs: tuple[str, ...], readers: tuple) -> None:
+        """A class's own attributes (``pytestPDB._config = config``): the class is replaced everywhere the
+        framework holds it (methods bound to it included: ``pytest.set_trace``) by a subclass whose
+        metaclass holds them as properties."""
+        orig = vars(mod).get(name)
+        if type(orig) is not type:
+            return
+        props = {a: sealed_property(f"{name}.{a}", readers) for a in attrs}
+        meta = type("type", (type,), {**props, "__module__": "builtins", "__qualname__": "type"})
+        ns = {k: _class_dict(orig)[k] for k in ("__module__", "__doc__") if k in _class_dict(orig)}
+        new = meta(name, (orig,), {**ns, "__qualname__": type.__dict__["__qualname__"].__get__(orig)})
+        for attr_name, prop in props.items():
+            if attr_name in _class_dict(orig):
+                prop.__set__(new, _class_dict(orig)[attr_name])
+            seals.append((meta, attr_name, prop))
+        held.extend([(new, "__class__", meta), (mod, name, new)])
+        for m in framework_modules():
+            own = vars(m)
+            for k, v in list(own.items()):
+                if v is orig:
+                    own[k] = new
+                elif type(v) is pymethod_type and v.__self__ is orig:
+                    own[k] = getattr(new, v.__func__.__name__)
+
+    def check_seals() -> None:
+        """Every seal still in place (at each check point: a property removed lets pytest store its state
+        where anyone can read it)."""
+        bad = [f"{type_name(c)}.{a}" for c, a, prop in seals if _class_dict(c).get(a) is not prop]
+        for holder, name, want in held:
+            got = type(holder) if name == "__class__" else plain_dict(holder).get(name)
+            if got is not want:
+                bad.append(f"{type_name(type(holder))}.{name}")
+        root = plain_dict(vars(modules.get("logging") or sys).get("root"))
+        handlers = root.get("handlers")
+        candidates = [*sys_dict.get("meta_path", ()), *(handlers if type(handlers) is list else ())]
+        for cls, attrs in sealed_instances:
+            for v in candidates:
+                if cls in mro_of(type(v)):
+                    bad.extend(f"{type_name(cls)}.{a} (an instance's own)" for a in attrs if a in plain_dict(v))
+        if bad:
+            report_plain("guard_tampering", "sealed runner state", detail="unsealed: " + ", ".join(sorted(bad)[:10]))
+
+    def seal_runner_state() -> None:
+        core = modules.get("_pytest")
+        file = vars(core).get("__file__") if type(core) is module_type else None
+        if type(file) is not str:
+            return  # no pytest in this run (sympy's runner without it)
+        base = realname(os.path.dirname(file)) + "/"
+        for modname, owner, attrs, readers in _SEALED:
+            mod = modules.get(modname)
+            if type(mod) is not module_type:
+                continue
+            prefixes = []
+            for reader in readers:
+                where_, _, funcs = reader.partition("#")
+                top = stdlib[0] + where_[len("stdlib:") :] if where_.startswith("stdlib:") else base + where_
+                prefixes.append((top, frozenset(funcs.split(",")) if funcs else None))
+            try:
+                if owner == "module:":
+                    seal_module(mod, modname, attrs, tuple(prefixes))
+                elif owner.startswith("class:"):
+                    seal_class(mod, owner[len("class:") :], attrs, tuple(prefixes))
+                else:
+                    seal_instances(mod, owner, attrs, tuple(prefixes))
+            except Exception as exc:  # a pytest whose layout differs: say so, run unsealed
+                emit({"type": "guard_error", "event": f"seal {modname}", "error": f"{type_name(type(exc))}: {exc}"})
 
     # -- the test files: compiled here, readable by this process only --------------------------------
     expected_codes: dict[str, dict[tuple[str, int], list[Any]]] = {}  # real path -> (name, line) -> codes
@@ -710,7 +898,7 @@ def install(spec: dict, out_fd: int, nonce: str, work: str) -> None:  # noqa: C9
             if not full.startswith(work):
                 continue
             try:
-                data = written[rel][0] if rel in written else open(full, "rb").read()  # noqa: SIM115
+                data = written[rel][0] if rel in written else open(full, "rb").read()
             except OSError:
                 continue
             codes = expected_codes.setdefault(full, {})
@@ -736,7 +924,7 @@ def install(spec: dict, out_fd: int, nonce: str, work: str) -> None:  # noqa: C9
                     rw._write_pyc_fp(fh, pyc_key, co)
                     # as long in both runs (a twin's code is longer): padded to the next 64 KiB
                     fh.write(b"\0" * (-fh.tell() % 65536))
-            except Exception:  # noqa: BLE001 - pytest compiles the file itself, as without the guard
+            except Exception:  # pytest compiles the file itself, as without the guard
                 pyc = None
             if can_hide:
                 try:
@@ -1011,6 +1199,7 @@ def install(spec: dict, out_fd: int, nonce: str, work: str) -> None:  # noqa: C9
         bad = changed_keys(per_test, quick_snapshot()) if torn_down else []
         if bad:
             report_plain("runner_patching", "integrity check between tests", changed=bad[:20])
+        check_seals()
 
     # -- the audit hook ------------------------------------------------------------------------------
     def from_runner(event: str) -> bool:
@@ -1032,7 +1221,8 @@ def install(spec: dict, out_fd: int, nonce: str, work: str) -> None:  # noqa: C9
 
     def finish(rc: object) -> None:
         check_plugins()
-        after = _snapshot(modules)
+        check_seals()
+        after = _snapshot(modules, tuple(sealed_modules))
         changed = changed_keys(before, after)
         added = sorted(
             k
@@ -1058,7 +1248,7 @@ def install(spec: dict, out_fd: int, nonce: str, work: str) -> None:  # noqa: C9
         busy.add(tid)
         try:
             WATCHED[event](event, args)
-        except Exception as exc:  # noqa: BLE001 - the guard must never break the run; say it failed
+        except Exception as exc:  # the guard must never break the run; say it failed
             emit(
                 {
                     "type": "guard_error",
@@ -1114,6 +1304,31 @@ def install(spec: dict, out_fd: int, nonce: str, work: str) -> None:  # noqa: C9
         if f is not None:
             report("frame_introspection", "blocking", f"faulthandler.{args[0] if args else '?'}", f, own_info=True)
 
+    def on_state(event: str, args: tuple) -> None:
+        """A sealed attribute read: pytest's own readers read their state; any other reader is looked
+        through (a library's getattr helper, pytest's own included) to the code under test, if it asked."""
+        label = args[0] if args else None
+        readers = state_readers.get(label) if type(label) is str else None
+        if readers is None:
+            return
+        f: Any = getframe(3)  # 2: the sealed accessor, 3: who read it
+        while f is not None:
+            kind, real = where(f)
+            if kind == "test" or any(
+                real.startswith(top) and (funcs is None or f.f_code.co_name in funcs) for top, funcs in readers
+            ):
+                return
+            if kind == "code" or (
+                # code made from a string (exec) reads for whoever made it, the runner's own excepted
+                kind == "transparent"
+                and real.startswith("<")
+                and not real.startswith(_TRUSTED_NAMES)
+                and f.f_code not in runner_codes
+            ):
+                report("runner_state_read", "blocking", f"read {label}", f, target=label)
+                return
+            f = f.f_back
+
     def on_import(event: str, args: tuple) -> None:
         if args and args[0] in _WRAPPED_MODULES:
             f = deep_culprit(getframe(2))
@@ -1159,6 +1374,10 @@ def install(spec: dict, out_fd: int, nonce: str, work: str) -> None:  # noqa: C9
         ):
             f = deep_culprit(getframe(2)) or getframe(2)
             report("guard_tampering", "blocking", f"{event}:{name}", f)
+            return
+        if name == "__class__" and type(obj) in sealed_modules:  # a sealed module given its class back
+            f = deep_culprit(getframe(2)) or getframe(2)
+            report("guard_tampering", "blocking", f"{event}:{name}", f, target="sealed runner state")
             return
         if name != "__code__":
             return
@@ -1231,7 +1450,7 @@ def install(spec: dict, out_fd: int, nonce: str, work: str) -> None:  # noqa: C9
         if f is not None:
             report("marshalled_code", "blocking", event, f)
 
-    def blocking(kind: str):  # noqa: ANN202
+    def blocking(kind: str):
         def on(event: str, args: tuple) -> None:
             f = culprit(getframe(2))
             if f is not None:
@@ -1239,7 +1458,7 @@ def install(spec: dict, out_fd: int, nonce: str, work: str) -> None:  # noqa: C9
 
         return on
 
-    def info(kind: str, deep: bool = False):  # noqa: ANN202
+    def info(kind: str, deep: bool = False):
         def on(event: str, args: tuple) -> None:
             f = (deep_culprit if deep else culprit)(getframe(2))
             if f is not None:
@@ -1305,6 +1524,7 @@ def install(spec: dict, out_fd: int, nonce: str, work: str) -> None:  # noqa: C9
     def on_call(event: str, args: tuple) -> None:
         if from_runner(event) and args:
             check_test(args[0])
+            check_seals()
 
     def on_report(event: str, args: tuple) -> None:
         if not from_runner(event) or not args or not framework_class(type(args[0])):
@@ -1327,6 +1547,7 @@ def install(spec: dict, out_fd: int, nonce: str, work: str) -> None:  # noqa: C9
     def on_collected(event: str, args: tuple) -> None:
         if not from_runner(event):
             return
+        check_seals()
         items = args[0] if args else None
         if type(items) is not list:
             return
@@ -1400,6 +1621,7 @@ def install(spec: dict, out_fd: int, nonce: str, work: str) -> None:  # noqa: C9
         "legorl.guard.env": on_env,
         "legorl.guard.signal": on_signal,
         "legorl.guard.faulthandler": on_faulthandler,
+        "legorl.guard.state": on_state,
     }
     written: dict[str, tuple[bytes, Any]] = {}
     if twins or touch_files:
@@ -1412,7 +1634,8 @@ def install(spec: dict, out_fd: int, nonce: str, work: str) -> None:  # noqa: C9
             emit({"type": "twins", "mutations": mutations})
     prepare_tests(written)
     wrap_frame_sources()
-    before.update(_snapshot(modules))
+    seal_runner_state()
+    before.update(_snapshot(modules, tuple(sealed_modules)))
     known_classes.update(id(obj) for obj, _ in before.values() if type(obj) is type or issubclass(type(obj), type))
     per_test.extend(k for k in quick_snapshot() if k in before)
     disguise()

@@ -4,7 +4,7 @@ The rollouts run exactly as in training (:mod:`legorl.loop.stack`, :func:`run_ro
 config's harness, budget, sandbox and grading), at most ``concurrency`` at a time, and are stored
 in ``cfg.run_dir`` (turns and rollouts, as a training run's). Engines: ``embedded`` (the config's
 model, or ``checkpoint``: a training checkpoint exported to a Hugging Face directory first) and
-``scripted-gold`` / ``scripted-wrong`` (one ScriptedEngine per task, see :mod:`legorl.loop.single`)
+``scripted-gold`` / ``scripted-wrong`` (one ScriptedEngine and gateway per rollout, side by side: see :mod:`legorl.loop.single`)
 and ``scripted-mixed`` (each rollout gold or wrong by seed, task and sample index:
 :func:`legorl.harnesses.scripted.mixed_is_wrong`) and ``scripted-explore`` (a one-line fix the way a
 person at a shell makes it, step by step: demonstrations for ``legorl sft``,
@@ -16,6 +16,7 @@ filter``'s pilot rollouts, :mod:`legorl.loop.filter`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -38,13 +39,13 @@ PHASES = ("before", "after")
 async def _run_all(
     ctx: RolloutContext,
     work: Sequence[tuple[Task, int]],
-    sem: asyncio.Semaphore,
+    sem: asyncio.Semaphore | None,  # None: the caller already holds a slot
     store: Any,
     progress: PhaseProgress,
     on_rollout: Callable[[Rollout], None] | None = None,
 ) -> list[Rollout]:
     async def one(task: Task, g: int) -> Rollout:
-        async with sem:
+        async with sem or contextlib.nullcontext():
             r = await run_rollout(ctx, task, 0, g)
         if store is not None:
             store.append_rollout(r)
@@ -162,21 +163,30 @@ async def run_samples(
             by_task: dict[str, tuple[Task, list[int]]] = {}
             for task, g in work:
                 by_task.setdefault(task.instance_id, (task, []))[1].append(g)
-            for task, indices in by_task.values():  # a scripted policy knows one task's fix
-                for wrong, group in scripted_groups(engine, cfg.seed, task.instance_id, indices):
-                    policy = (
-                        explore_policy(harness, task)
-                        if engine == "scripted-explore"
-                        else gold_policy(harness, task, wrong=wrong)
-                    )
-                    scripted = ScriptedEngine(tok, policy, max_context=262144)
+
+            async def scripted_rollout(task: Task, wrong: bool, g: int) -> list[Rollout]:
+                # a scripted policy knows one task's fix and counts its own calls: one engine and
+                # gateway per rollout, so rollouts run side by side (the run store takes several writers)
+                policy = (
+                    explore_policy(harness, task)
+                    if engine == "scripted-explore"
+                    else gold_policy(harness, task, wrong=wrong)
+                )
+                scripted = ScriptedEngine(tok, policy, max_context=262144)
+                async with sem:
                     async with open_gateway_stack(
                         engine_cfg, rollout=cfg.rollout, run_dir=run_dir, engine_instance=scripted, tokenizer=tok
                     ) as stack:
                         ctx = rollout_context(cfg, stack, backend, harness)
-                        rollouts += await _run_all(
-                            ctx, [(task, g) for g in group], sem, stack.store, progress, on_rollout
-                        )
+                        return await _run_all(ctx, [(task, g)], None, stack.store, progress, on_rollout)
+
+            jobs = [
+                scripted_rollout(task, wrong, g)
+                for task, indices in by_task.values()
+                for wrong, group in scripted_groups(engine, cfg.seed, task.instance_id, indices)
+                for g in group
+            ]
+            rollouts = [r for done in await asyncio.gather(*jobs) for r in done]
     return rollouts, ckpt
 
 

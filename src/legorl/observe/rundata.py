@@ -232,7 +232,7 @@ class RunData:
 
             model = self.config().get("engine", {}).get("model", "smollm2-135m")
             return Tokenizer.from_file(str(resolve_model(model, repair=False) / "tokenizer.json"))
-        except Exception:  # noqa: BLE001 - a missing model only costs the token texts
+        except Exception:  # a missing model only costs the token texts
             return None
 
     def token_texts(self, ids: list[int]) -> list[str]:

@@ -40,7 +40,9 @@ def sandbox_spec(task: Task, backend: SandboxBackend | None = None, **fields: An
     spec = SandboxSpec(source_dir=Path(task.source()), **fields)
     env = task.environment
     if env is None:
-        return spec
+        # no env layer: the backend's interpreter, i.e. LEGO-RL's own venv, whose pytest plugins
+        # (asyncio, hypothesis, timeout: our dev tools, not the task's) the grader's runs turn off too
+        return replace(spec, env={"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", **spec.env})
     backend_name = getattr(backend, "name", "")
     if "all" in env.unsupported:  # no backend can: no interpreter, no spec for its version...
         raise UnsupportedEnvironment(f"instance {task.instance_id}: {env.unsupported['all']}")

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 
-from legorl.errors import AlignmentBuildError  # noqa: F401 - defined in the error tree, re-exported
+from legorl.errors import AlignmentBuildError  # defined in the error tree, re-exported
 from legorl.trajectory.records import Sample, Turn
 
 

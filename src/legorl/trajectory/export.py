@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 from legorl.errors import ConfigError
-from legorl.trajectory.builder import build_samples
 from legorl.trajectory.store import RunStore, open_run
 
 
@@ -39,13 +38,13 @@ def iter_sample_rows(store: RunStore) -> Iterator[dict[str, Any]]:
         latest[r.rollout_id] = r
     for r in latest.values():
         seen_sessions.add(r.session_id or r.rollout_id)
-        samples = r.samples or build_samples(store.iter_turns(r.session_id or r.rollout_id), r.rollout_id)
+        samples = r.samples or store.samples_from_turns(r.session_id or r.rollout_id, r.rollout_id)
         for s in samples:
             yield _sample_row(s, r.reward if s.reward is None else s.reward, r.task_id, r.status, r.session_id)
     for sid in store.sessions():
         if sid in seen_sessions:
             continue
-        for s in build_samples(store.iter_turns(sid), sid):
+        for s in store.samples_from_turns(sid, sid):
             yield _sample_row(s, None, None, None, sid)
 
 

@@ -52,7 +52,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from legorl.errors import RunDirError
+from legorl.errors import AlignmentBuildError, RunDirError
 from legorl.trajectory.records import AlignmentEvent, Rollout, Sample, Turn
 
 log = logging.getLogger(__name__)
@@ -91,6 +91,20 @@ CREATE TABLE IF NOT EXISTS abandoned(session_id TEXT PRIMARY KEY, reason TEXT NO
 # Readers skip what a resumed run abandoned (see RunStore.abandon_unfinished) unless asked for it.
 _LIVE = "session_id IS NULL OR session_id NOT IN (SELECT session_id FROM abandoned)"
 
+# Token arrays per table: SQLite BLOB column, field (the Parquet column after compaction), array type code.
+_TOKEN_COLUMNS = {
+    "turns": (
+        ("prompt_ids", "prompt_token_ids", "i"),
+        ("output_ids", "output_token_ids", "i"),
+        ("output_logprobs", "output_logprobs", "d"),
+    ),
+    "samples": (
+        ("token_ids", "token_ids", "i"),
+        ("loss_mask", "loss_mask", "B"),
+        ("rollout_logprobs", "rollout_logprobs", "d"),
+    ),
+}
+
 _TURN_INDEX_COLS = (
     "session_id, thread_id, turn_index, segment_index, kind, segment_kind, dialect, weight_version, prompt_tokens, "
     "output_tokens, reused_prefix_len, cached_prompt_tokens, finish_reason, failed, error, started_at, total_s"
@@ -118,6 +132,16 @@ def _from(code: str, b: bytes | None) -> list:
         if not _LITTLE and code != "B":
             a.byteswap()
     return a.tolist()
+
+
+def _impossible(token_ids: Iterable[list[int]], loss_mask: list[int] | None = None) -> str | None:
+    """What no recorded token array holds: a flipped byte in a BLOB or a Parquet page (neither is
+    checksummed) that still parses. A token id past the vocabulary cannot be told here."""
+    if any(ids and min(ids) < 0 for ids in token_ids):
+        return "a negative token id"
+    if loss_mask is not None and not set(loss_mask) <= {0, 1}:
+        return "a loss_mask value other than 0 and 1"
+    return None
 
 
 def _dumps(obj: Any) -> str:
@@ -248,7 +272,7 @@ class RunStore:
                 raise RunDirError(f"{path}: missing: {self.db_path} keeps token arrays there")
             try:
                 pq.read_metadata(path)
-            except (OSError, pa.ArrowException) as exc:
+            except (OSError, pa.ArrowException, ValueError) as exc:  # ValueError: a column name not UTF-8
                 raise RunDirError(f"{path}: unreadable Parquet token file ({_detail(exc)})") from None
 
     def _write(self, fn) -> Any:
@@ -349,6 +373,9 @@ class RunStore:
                 f"{self.run_dir / tfile if tfile else self.db_path}: turns row {_id}: token arrays of "
                 f"{len(prompt)} prompt / {len(out)} output tokens, the index says {_pt} / {_ot}"
             )
+        bad = _impossible((prompt, out))
+        if bad:
+            raise RunDirError(f"{self.run_dir / tfile if tfile else self.db_path}: turns row {_id}: damaged: {bad}")
         return Turn.model_validate(
             {
                 "schema_version": schema,
@@ -423,9 +450,13 @@ class RunStore:
     def sessions(self, *, include_abandoned: bool = False) -> list[str]:
         live = "" if include_abandoned else f" WHERE {_LIVE}"
         with self._reading("the session ids"):
-            return [
+            ids = [
                 r[0] for r in self._conn().execute(f"SELECT DISTINCT session_id FROM turns{live} ORDER BY session_id")
             ]
+        bad = [i for i in ids if not isinstance(i, str)]  # NOT NULL TEXT when written: a damaged row or index
+        if bad:
+            raise RunDirError(f"{self.db_path}: damaged: a turns row whose session id is {bad[0]!r}")
+        return ids
 
     # -- resume ----------------------------------------------------------------------------------
     def abandon_unfinished(self, after_step: int, reason: str) -> list[str]:
@@ -543,6 +574,11 @@ class RunStore:
                     f"{self.run_dir / tfile if tfile else self.db_path}: samples row {sid}: "
                     f"{len(d['token_ids'])} token ids, the index says {num_tokens}"
                 )
+            bad = _impossible((d["token_ids"],), d["loss_mask"])
+            if bad:
+                raise RunDirError(
+                    f"{self.run_dir / tfile if tfile else self.db_path}: samples row {sid}: damaged: {bad}"
+                )
             out.append(Sample.model_validate(d))
         return out
 
@@ -640,23 +676,39 @@ class RunStore:
         """The training samples of a rollout: the ones recorded with it, else built from its session's
         turns (``rollout_id`` is taken as the session id when no rollout record exists), with the
         rollout's reward."""
-        from legorl.trajectory.builder import build_samples
-
         r = self.get_rollout(rollout_id)
         if r is not None and r.samples:
             return r.samples
         session = (r.session_id or r.rollout_id) if r is not None else rollout_id
-        out = build_samples(self.iter_turns(session), rollout_id)
+        out = self.samples_from_turns(session, rollout_id)
         if r is not None:
             for s in out:
                 s.reward = r.reward
         return out
 
+    def samples_from_turns(self, session_id: str, rollout_id: str) -> list[Sample]:
+        """The samples built from a session's recorded turns (:func:`~legorl.trajectory.builder.build_samples`).
+        Turns that contradict their own alignment events give :class:`RunDirError` naming the database: a
+        flipped byte inside a token array still reads as valid SQLite, and this is where it shows."""
+        from legorl.trajectory.builder import build_samples
+
+        try:
+            return build_samples(self.iter_turns(session_id), rollout_id)
+        except AlignmentBuildError as exc:
+            with self._reading(f"the token files of session {session_id!r}"):
+                q = "SELECT DISTINCT tokens_file FROM turns WHERE session_id = ? AND tokens_file IS NOT NULL"
+                tfiles = sorted(r[0] for r in self._conn().execute(q, (session_id,)))
+            where = ", ".join([str(self.db_path), *(str(self.run_dir / f) for f in tfiles)])
+            raise RunDirError(
+                f"{where}: the recorded turns contradict their alignment events (a damaged file, or recorded "
+                f"so by a bug): {_detail(exc)}"
+            ) from None
+
     # -- compaction ------------------------------------------------------------------------------
     def _background_compact(self) -> None:
         try:
             self.compact()
-        except Exception:  # noqa: BLE001
+        except Exception:
             log.exception("run store compaction failed")
         finally:
             self._compacting = False
@@ -671,19 +723,8 @@ class RunStore:
             c = self._conn()
             tdir = self.run_dir / TOKENS_DIR
             tdir.mkdir(exist_ok=True)
-            specs = {
-                "turns": (
-                    ("prompt_ids", "prompt_token_ids", "i", pa.int32()),
-                    ("output_ids", "output_token_ids", "i", pa.int32()),
-                    ("output_logprobs", "output_logprobs", "d", pa.float64()),
-                ),
-                "samples": (
-                    ("token_ids", "token_ids", "i", pa.int32()),
-                    ("loss_mask", "loss_mask", "B", pa.uint8()),
-                    ("rollout_logprobs", "rollout_logprobs", "d", pa.float64()),
-                ),
-            }
-            for table, cols in specs.items():
+            types = {"i": pa.int32(), "d": pa.float64(), "B": pa.uint8()}
+            for table, cols in _TOKEN_COLUMNS.items():
                 rows = c.execute(
                     f"SELECT id, {', '.join(col for col, *_ in cols)} FROM {table} WHERE tokens_file IS NULL "
                     "ORDER BY id"
@@ -693,8 +734,8 @@ class RunStore:
                 n = 1 + sum(1 for _ in tdir.glob(f"{table}-*.parquet"))
                 name = f"{TOKENS_DIR}/{table}-{n:05d}-{int(time.time() * 1000)}.parquet"
                 arrays = {"id": pa.array([r[0] for r in rows], pa.int64())}
-                for k, (_col, field, code, typ) in enumerate(cols):
-                    arrays[field] = pa.array([_from(code, r[k + 1]) for r in rows], pa.list_(typ))
+                for k, (_col, field, code) in enumerate(cols):
+                    arrays[field] = pa.array([_from(code, r[k + 1]) for r in rows], pa.list_(types[code]))
                 tmp = self.run_dir / (name + ".tmp")
                 pq.write_table(pa.table(arrays), tmp, compression="zstd")
                 fd = os.open(tmp, os.O_RDONLY)
@@ -737,9 +778,12 @@ class RunStore:
                 raise RunDirError(
                     f"{path}: missing: {table} row {row_id} of {self.db_path} keeps its token arrays there"
                 ) from None
-            except (OSError, pa.ArrowException, KeyError) as exc:
+            except (OSError, pa.ArrowException, KeyError, ValueError) as exc:  # ValueError: a column name not UTF-8
                 detail = " ".join(str(exc).split())[:300]
                 raise RunDirError(f"{path}: unreadable Parquet token file ({type(exc).__name__}: {detail})") from None
+            lacking = sorted({field for _col, field, _code in _TOKEN_COLUMNS[table]} - t.keys())
+            if lacking:  # a damaged column name still parses
+                raise RunDirError(f"{path}: damaged Parquet token file: no column(s) {', '.join(lacking)}")
             byid = {i: {k: v[j] for k, v in t.items()} for j, i in enumerate(ids)}
             with self._cache_lock:
                 self._cache[tfile] = byid
@@ -788,6 +832,26 @@ class RunStore:
         log.info("imported legacy JSONL records from %s", self.run_dir)
 
 
+_MAGIC = b"SQLite format 3\x00"
+
+
+def _check_file(db: Path) -> None:
+    """What SQLite does not say itself: a file shorter than its 100-byte header it takes for a new, empty
+    database (and the open would write one over the remains), and a file cut inside its last page
+    reads as if the missing bytes were zeros. A database file is whole pages, always."""
+    size = db.stat().st_size
+    if size == 0:
+        return  # the write-ahead log holds everything so far (the caller checked that it exists)
+    with db.open("rb") as f:
+        head = f.read(100)
+    if len(head) < 100 or not head.startswith(_MAGIC):
+        raise RunDirError(f"{db}: not a readable SQLite database ({size} bytes, no SQLite header)")
+    page = int.from_bytes(head[16:18], "big")
+    page = 65536 if page == 1 else page
+    if page < 512 or page & (page - 1) or size % page:
+        raise RunDirError(f"{db}: truncated or damaged: {size} bytes is not a whole number of {page}-byte pages")
+
+
 def open_run(run_dir: str | os.PathLike[str], *, verify: bool = False) -> RunStore:
     """Open an existing run directory for reading (and appending): the one checked open every reader goes
     through (export, ``legorl ui``, ``legorl status``, ``legorl train --resume``). A missing, empty,
@@ -801,6 +865,8 @@ def open_run(run_dir: str | os.PathLike[str], *, verify: bool = False) -> RunSto
         raise RunDirError(f"{p} is not a LEGO-RL run directory: it {what}")
     if db.exists() and db.stat().st_size == 0 and not db.with_name(DB_NAME + "-wal").exists():
         raise RunDirError(f"{db}: empty file (0 bytes): the run recorded nothing, or the file was truncated")
+    if db.exists():
+        _check_file(db)
     store = RunStore(p, fsync=False)
     if verify:
         try:

@@ -24,7 +24,10 @@ from legorl.tasks.mining.suite import REPORT_FILE, SUITE_FILE
 
 pytestmark = pytest.mark.sandbox
 
-OPTIONS = MineOptions(python="host", max_mutations=3, per_function=1, workers=2, seed=0, dedup_mined=False)
+# per_test_suite=0: mutants run the tests that call their function (`legorl bench mine` below: whole files)
+OPTIONS = MineOptions(
+    python="host", max_mutations=3, per_function=1, workers=2, seed=0, dedup_mined=False, per_test_suite=0
+)
 
 
 @pytest.fixture(scope="module")
@@ -120,7 +123,7 @@ def test_duplicates_of_an_earlier_run_are_dropped(mined: Path, repo: Path, tmp_p
     assert all(r["mined"]["method"] == "mutation" for r in second)  # the one commit is taken: other mutants fill in
 
 
-def test_a_mined_suite_is_listed_by_name_and_loads(mined: Path, tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+def test_a_mined_suite_is_listed_by_name_and_loads(mined: Path, tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("LEGORL_HOME", str(tmp_path))
     shutil.copytree(mined, tmp_path / "tasks" / "mined" / "shapes-pool", symlinks=True)
     res = CliRunner().invoke(app, ["tasks", "list", "--json"])

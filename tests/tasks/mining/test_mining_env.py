@@ -13,7 +13,7 @@ from legorl.tasks.mining.env import Declared, choose_python, resolve
 from legorl.tasks.mining.sources import mining_root
 
 
-def test_requirements_resolve_as_the_index_was_and_unresolvable_tests_are_dropped(tmp_path, monkeypatch):  # noqa: ANN001
+def test_requirements_resolve_as_the_index_was_and_unresolvable_tests_are_dropped(tmp_path, monkeypatch):
     monkeypatch.setenv("LEGORL_HOME", str(tmp_path))
     declared = Declared(name="demo", runtime=("six",), tests=("legorl-no-such-distribution", "iniconfig"))
     resolved = resolve(declared, "3.11", "2020-01-01", "demo at abc")
@@ -25,7 +25,7 @@ def test_requirements_resolve_as_the_index_was_and_unresolvable_tests_are_droppe
     assert resolve(declared, "3.11", "2020-01-01", "demo at abc") == resolved
 
 
-def test_a_runtime_requirement_that_cannot_be_resolved_is_named(tmp_path, monkeypatch):  # noqa: ANN001
+def test_a_runtime_requirement_that_cannot_be_resolved_is_named(tmp_path, monkeypatch):
     monkeypatch.setenv("LEGORL_HOME", str(tmp_path))
     declared = Declared(name="demo", runtime=("legorl-no-such-distribution>=1",))
     with pytest.raises(TaskError) as err:

@@ -169,12 +169,12 @@ def test_ordered_validation_keeps_the_same_set_whatever_the_timing():
         lock = threading.Lock()
         out: list[tuple[int, bool | None]] = []
 
-        def validate(item):  # noqa: ANN001, ANN202
+        def validate(item):
             if jitter:
                 time.sleep(rng.random() / 200)
             return Verdict(item[1] in passes)
 
-        def commit(i, item, verdict):  # noqa: ANN001, ANN202
+        def commit(i, item, verdict):
             with lock:
                 out.append((i, None if verdict is None else verdict.keep))
 

@@ -63,6 +63,12 @@ def mine_command(
     max_mutations: int = typer.Option(200, "--max-mutations", min=0, help="Mutation tasks per source (0: no bound)."),
     max_commits: int = typer.Option(200, "--max-commits", min=0, help="Commit tasks per source (0: no bound)."),
     max_fail: int = typer.Option(50, "--max-fail", min=1, help="Drop a mutant that breaks more tests than this."),
+    per_test_suite: int = typer.Option(
+        1000,
+        "--per-test-suite",
+        min=0,
+        help="A suite with more stable tests than this: a mutant runs only the tests that call its function.",
+    ),
     timeout: float = typer.Option(600, "--timeout", help="Seconds per test run."),
     python: str = typer.Option(
         "auto",
@@ -74,6 +80,11 @@ def mine_command(
     ref: str | None = typer.Option(None, "--ref", help="Commit or branch to mine from (default: the head)."),
     decontaminate: bool = typer.Option(
         True, "--decontaminate/--no-decontaminate", help="Exclude what SWE-bench instances of the repository touch."
+    ),
+    confirm: bool = typer.Option(
+        True,
+        "--confirm/--no-confirm",
+        help="Keep a task only when the real grader resolves it with its gold patch (every defense on).",
     ),
     use_cache: bool = typer.Option(True, "--cache/--no-cache", help="Read finished test runs from the run cache."),
     dedup_against: list[str] | None = typer.Option(
@@ -104,10 +115,12 @@ def mine_command(
         max_mutations=max_mutations,
         max_commits=max_commits,
         max_fail=max_fail,
+        per_test_suite=per_test_suite,
         timeout=timeout,
         python=python,
         backend=backend,
         decontaminate=decontaminate,
+        confirm=confirm,
         use_cache=use_cache,
         repo=repo,
         ref=ref,

@@ -83,7 +83,7 @@ class Decontaminator:
                 self._by_repo[key] = [self._edits(t, git_dir) for t in tasks]
             return self._by_repo[key]
 
-    def _edits(self, task, git_dir: Path | None) -> InstanceEdits:  # noqa: ANN001 - a Task
+    def _edits(self, task, git_dir: Path | None) -> InstanceEdits:  # a Task
         reader = self._reader(task.repo, task.base_commit, git_dir)
         both = task.patch + ("\n" if not task.patch.endswith("\n") else "") + task.test_patch
         functions = edited_functions(both, reader, post_images(both, reader)) if reader is not None else set()
@@ -98,7 +98,7 @@ class Decontaminator:
             "tree" if reader is not None else "hunk headers",
         )
 
-    def _reader(self, repo: str, commit: str, git_dir: Path | None):  # noqa: ANN202 - path -> text | None
+    def _reader(self, repo: str, commit: str, git_dir: Path | None):  # path -> text | None
         """A reader of files at ``commit``, from the mined repository or SWE-bench's bundle; None
         when neither has the commit."""
         where: tuple[Path, str] | None = None

@@ -8,7 +8,9 @@ the coverage probe (:mod:`legorl.tasks.mining.testrun`): a test that passes both
 (the others never count), and the probe says which test files run which function. The mutants
 (:mod:`legorl.tasks.mining.mutations`) of functions some test runs, in an order drawn from the seed
 (shuffled, then round-robin over kinds), are validated one run each: the covering test files with
-the mutant written in. FAIL_TO_PASS = the stable tests of those files that no longer pass; kept
+the mutant written in (a suite of more than ``per_test_suite`` stable tests is probed by test, and
+a mutant then runs only the tests that call its function, and whole files only where the function
+runs when a test module is imported). FAIL_TO_PASS = the stable tests of those files that no longer pass; kept
 when there are between 1 and ``max_fail``; PASS_TO_PASS = the stable tests of the FAIL_TO_PASS
 tests' files that still pass (the fixed state is the head itself: those tests passed there twice).
 
@@ -96,6 +98,11 @@ class MineOptions(BaseModel):
     max_mutations: int = Field(200, ge=0, description="mutation tasks kept per source (0: no bound)")
     max_commits: int = Field(200, ge=0, description="commit tasks kept per source (0: no bound)")
     max_fail: int = Field(50, ge=1, description="a mutant breaking more tests than this is dropped")
+    per_test_suite: int = Field(
+        1000,
+        ge=0,
+        description="a suite of more stable tests: a mutant runs the tests that call its function, not their files",
+    )
     max_files: int = Field(6, ge=1, description="commits: most source files changed")
     max_lines: int = Field(300, ge=1, description="commits: most source lines changed")
     timeout: float = Field(600.0, gt=0, description="seconds per test run")
@@ -506,10 +513,13 @@ class Miner:
         self.progress.note(f"{source.repo}: running its tests at {commit[:12]} (plain and with the coverage probe)")
         base = RunSpec(source.git_dir, commit, tree_id, env, timeout=self.options.timeout)
         plain = run_tests(base, self.backend, self.cache)
-        probed = run_tests(replace(base, coverage=True), self.backend, self.cache)
-        for run in (plain, probed):
-            if not run.ok:
-                raise TaskError(f"the test suite at {commit[:12]} gives no result: {run.problem}")
+        if not plain.ok:
+            raise TaskError(f"the test suite at {commit[:12]} gives no result: {plain.problem}")
+        # a large suite: a mutant runs the tests that call its function, not whole files of them
+        by_test = len(plain.passed) > self.options.per_test_suite
+        probed = run_tests(replace(base, coverage=True, coverage_tests=by_test), self.backend, self.cache)
+        if not probed.ok:
+            raise TaskError(f"the test suite at {commit[:12]} gives no result with the probe: {probed.problem}")
         stable = plain.passed & probed.passed
         rep.baseline = {
             "tests": len(plain.tests),
@@ -541,14 +551,14 @@ class Miner:
 
         def validate(item: tuple[Mutant, str, str, list[str]]) -> Verdict:
             m = item[0]
-            files = covering[(m.path, m.function)]
+            selected = covering[(m.path, m.function)]  # test files and test ids
             spec = RunSpec(
                 source.git_dir,
                 commit,
                 tree_id,
                 env,
                 edits=((m.path, m.mutated),),
-                tests=tuple(sorted(files)) if GLOBAL not in files else (),
+                tests=tuple(sorted(selected)) if GLOBAL not in selected else (),
                 timeout=self.options.timeout,
                 max_fail=self.options.max_fail + 1,
             )
@@ -556,14 +566,17 @@ class Miner:
             spent = 0.0 if before.cached else before.seconds
             if not before.ok:
                 return Verdict(False, f"environment: {before.problem}"[:120], run_seconds=spent)
-            ran = None if GLOBAL in files else set(files)
-            f2p = sorted(t for t in stable if (ran is None or _test_file(t) in ran) and before.tests.get(t) != "passed")
+
+            def ran(test: str) -> bool:
+                return GLOBAL in selected or test in selected or _test_file(test) in selected
+
+            f2p = sorted(t for t in stable if ran(t) and before.tests.get(t) != "passed")
             if not f2p:
                 return Verdict(False, "no test breaks", run_seconds=spent)
             if len(f2p) > self.options.max_fail:
                 return Verdict(False, f"more than {self.options.max_fail} tests break", run_seconds=spent)
             f2p_files = {_test_file(t) for t in f2p}
-            p2p = sorted(t for t in stable if _test_file(t) in f2p_files and before.tests.get(t) == "passed")
+            p2p = sorted(t for t in stable if ran(t) and _test_file(t) in f2p_files and before.tests.get(t) == "passed")
             verdict = Verdict(True, f2p=f2p, p2p=p2p, before=before, run_seconds=spent)
             m, iid, gold, keys = item
             files_changed, lines = diff_size(gold)
@@ -652,7 +665,8 @@ class Miner:
         return verdict
 
     def _coverage(self, tree: Path, probed: RunResult) -> dict[tuple[str, str], set[str]]:
-        """(file, function) → the test files that run it (``<global>``: the session itself does)."""
+        """(file, function) → the test files (a module's import counts for all its tests) or test ids
+        that run it (``<global>``: the session itself does)."""
         indexes: dict[str, FunctionIndex] = {}
         out: dict[tuple[str, str], set[str]] = {}
         for bucket, entries in (probed.coverage or {}).items():
@@ -664,7 +678,7 @@ class Miner:
                         indexes[path] = FunctionIndex("")
                 name = indexes[path].code_object(first_line)
                 if name is not None:
-                    out.setdefault((path, name), set()).add(_test_file(bucket) if bucket != GLOBAL else GLOBAL)
+                    out.setdefault((path, name), set()).add(bucket)
         return out
 
     @staticmethod

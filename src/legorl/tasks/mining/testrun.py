@@ -12,9 +12,10 @@ by pytest node id, the worst outcome of each test's phases (``passed``, ``failed
 ``skipped``), its duration, and for each failure the crash message and the traceback's
 ``file:line: function`` entries (what a problem statement quotes). Collection errors are recorded
 by the collector's node id. With ``coverage``, it also records which functions of the repository
-ran for each test file (``sys.settrace`` on call events only: the function, never the line), and
-for everything else (conftest, plugins, session fixtures) under ``<global>``; reported as
-``(file, co_firstlineno)`` and named by :mod:`legorl.tasks.mining.functions`.
+ran for each test file — or, with ``coverage_tests``, for each test (node id), the import of a test
+module still counting for its file — (``sys.settrace`` on call events only: the function, never the
+line), and for everything else (conftest, plugins, session fixtures) under ``<global>``; reported
+as ``(file, co_firstlineno)`` and named by :mod:`legorl.tasks.mining.functions`.
 
 Runs are cached by a key of everything that decides their result (:func:`run_key`) under
 ``$LEGORL_HOME/tasks/mining/runs``: mining again, or resuming an interrupted run, reads finished
@@ -51,7 +52,8 @@ import pytest
 
 _out = {"tests": {}, "durations": {}, "messages": {}, "frames": {}, "collect_errors": {}, "coverage": None}
 _RANK = {"passed": 0, "skipped": 1, "failed": 2, "error": 3}
-_COVER = os.environ.get("LEGORL_PROBE_COVERAGE") == "1"
+_COVER = os.environ.get("LEGORL_PROBE_COVERAGE") in ("1", "tests")
+_PER_TEST = os.environ.get("LEGORL_PROBE_COVERAGE") == "tests"
 _ROOT = os.environ.get("LEGORL_PROBE_ROOT", "/workspace") + "/"
 _codes = {}
 _current = ["<global>"]
@@ -101,9 +103,20 @@ def pytest_collectreport(report):
         _out["collect_errors"][report.nodeid or "<session>"] = message
 
 
+def pytest_collection_modifyitems(session, config, items):
+    select = os.environ.get("LEGORL_PROBE_SELECT")
+    if not select:
+        return
+    with open(select) as fh:
+        want = set(fh.read().splitlines())
+    keep = [i for i in items if i.nodeid in want or i.nodeid.split("::", 1)[0] in want]
+    config.hook.pytest_deselected(items=[i for i in items if i.nodeid not in want and i.nodeid.split("::", 1)[0] not in want])
+    items[:] = keep
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    _current[0] = item.nodeid.split("::", 1)[0]
+    _current[0] = item.nodeid if _PER_TEST else item.nodeid.split("::", 1)[0]
     yield
     _current[0] = "<global>"
 
@@ -187,6 +200,7 @@ class RunSpec:
     edits: tuple[tuple[str, str | None], ...] = ()  # (path, new text | None: deleted)
     tests: tuple[str, ...] = ()  # test files (empty: the whole suite)
     coverage: bool = False
+    coverage_tests: bool = False  # coverage by test (node id) rather than by test file
     timeout: float = 300.0
     max_fail: int = 0  # stop after this many failures (0: never): a verdict needs no more
 
@@ -207,6 +221,7 @@ def run_key(spec: RunSpec) -> str:
             sorted(spec.tests),
             spec.coverage,
             spec.max_fail,
+            *(["by-test"] if spec.coverage_tests else []),  # absent: the keys of earlier runs stay what they were
         ]
     )
 
@@ -279,7 +294,7 @@ def _command(spec: RunSpec, python: str) -> str:
         argv += ["-p", f"no:{plugin}"]
     argv += [f"--rootdir={WORKSPACE}", f"--confcutdir={WORKSPACE}", "-q", "-rN", "--tb=short"]
     argv += ["-o", "cache_dir=/tmp/.pytest_cache", *([f"--maxfail={spec.max_fail}"] if spec.max_fail else [])]
-    argv += ["--", *spec.tests] if spec.tests else []
+    argv += ["--", *_files(spec.tests)] if spec.tests else []
     return (
         "mkdir -p /tmp/legorl-probe && cat > /tmp/legorl-probe/legorl_mining_probe.py && "
         f"export LEGORL_PROBE_OUT={out} PYTHONPATH=/tmp/legorl-probe${{PYTHONPATH:+:$PYTHONPATH}} && "
@@ -287,6 +302,14 @@ def _command(spec: RunSpec, python: str) -> str:
         f"echo {_MARK}$rc; cat {out} 2>/dev/null || tail -c 3000 /tmp/legorl-probe/err; "
         f"echo; echo {_ERR}; tail -c 1500 /tmp/legorl-probe/err"
     )
+
+
+_SELECT_FILE = ".legorl-mining-select"  # in the workspace: a test id list can outgrow one argument
+
+
+def _files(tests: tuple[str, ...]) -> list[str]:
+    """The test files a selection of files and test ids runs (the ids are picked by the probe)."""
+    return list(dict.fromkeys(t.split("::", 1)[0] for t in tests))
 
 
 def run_tests(spec: RunSpec, backend: SandboxBackend, cache: RunCache | None = None) -> RunResult:
@@ -314,6 +337,9 @@ def run_tests(spec: RunSpec, backend: SandboxBackend, cache: RunCache | None = N
                 sandbox.exec(["rm", "-f", "--", path], timeout=30)
             else:
                 sandbox.write_file(path, text)
+        by_id = any("::" in t for t in spec.tests)
+        if by_id:
+            sandbox.write_file(_SELECT_FILE, "\n".join(spec.tests) + "\n")
         res = sandbox.exec(
             _command(spec, python),
             timeout=spec.timeout,
@@ -321,8 +347,9 @@ def run_tests(spec: RunSpec, backend: SandboxBackend, cache: RunCache | None = N
                 "PYTHONHASHSEED": "0",
                 "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
                 "PYTEST_ADDOPTS": "",
-                "LEGORL_PROBE_COVERAGE": "1" if spec.coverage else "0",
+                "LEGORL_PROBE_COVERAGE": ("tests" if spec.coverage_tests else "1") if spec.coverage else "0",
                 "LEGORL_PROBE_ROOT": WORKSPACE,
+                "LEGORL_PROBE_SELECT": f"{WORKSPACE}/{_SELECT_FILE}" if by_id else "",
             },
             stdin=PROBE,
             max_output_bytes=64_000_000,
