@@ -8,6 +8,11 @@ broken install step into a green run. ``swebench_data`` needs SWE-bench's record
 bundles (``LEGORL_SWEBENCH_DIR``): data that no install step can fetch here, so it is skipped when absent,
 under CI too.
 
+``flaky(reason=..., runs=N, on=Error)`` runs a test again when it fails for a known cause that it
+does not check, and the end of the pytest run lists every rerun with its reason (tests/flaky_marker.py).
+Every test has a time limit (pytest-timeout, ``timeout`` in pyproject.toml; ``@pytest.mark.timeout``
+for one that needs more).
+
 Property-based tests run under one Hypothesis profile, chosen by ``HYPOTHESIS_PROFILE``: ``ci``
 (default: ``make test`` and CI) draws the same examples on every run, so a red CI run is a real
 regression and a green one cannot turn red by luck; ``explore`` (``make fuzz``) draws fresh random
@@ -22,7 +27,9 @@ from __future__ import annotations
 import os
 import shutil
 
+import flaky_marker
 import pytest
+import slow_first
 from hypothesis import settings as hypothesis_settings
 from needs import unavailable
 
@@ -38,6 +45,15 @@ _REQUIREMENTS: dict[str, tuple[tuple[str, ...], str]] = {
     "npm": (("npm", "node"), "apt-get install -y nodejs npm"),
     "browser": (("chromium",), "apt-get install -y chromium"),
 }
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    slow_first.add_options(parser)  # --file-seconds, --write-file-seconds
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.pluginmanager.register(flaky_marker, "legorl-flaky")  # the flaky(reason=, runs=, on=) marker
+    config.pluginmanager.register(slow_first, "legorl-slow-first")  # long files first (pytest-xdist balance)
 
 
 def missing_requirements(item: pytest.Item) -> list[str]:

@@ -26,7 +26,7 @@ def _commands() -> dict[str, typer.main.TyperCommand]:
     """Every command of the CLI by its path ("tasks list", "bench engine", ...)."""
     out = {}
 
-    def walk(prefix: str, group) -> None:  # noqa: ANN001
+    def walk(prefix: str, group) -> None:
         for name, cmd in group.commands.items():
             path = f"{prefix} {name}".strip()
             if hasattr(cmd, "commands"):

@@ -26,7 +26,7 @@ def parse(source: str, *, quiet: bool = False) -> ast.Module:
         return ast.parse(source)
 
 
-def literal_eval(node_or_string: Any) -> Any:  # noqa: ANN401 - whatever the literal is
+def literal_eval(node_or_string: Any) -> Any:  # whatever the literal is
     """``ast.literal_eval``, under the same lock (it parses a string first)."""
     with _LOCK:
         return ast.literal_eval(node_or_string)

@@ -52,7 +52,7 @@ async def _train_on_own_samples(engine: EmbeddedEngine, trainer: Trainer) -> Non
     assert metrics["train/updated"] and metrics["mismatch/pearson"] > 0.9999
 
 
-def _served_logprobs_match(engine: EmbeddedEngine, trainer: Trainer, result) -> None:  # noqa: ANN001
+def _served_logprobs_match(engine: EmbeddedEngine, trainer: Trainer, result) -> None:
     with torch.no_grad():
         lp = compute_token_logprobs(trainer.model, PROMPT + result.token_ids)[len(PROMPT) :]
     assert result.logprobs == pytest.approx(lp.tolist(), abs=1e-4)

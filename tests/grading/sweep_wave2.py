@@ -22,12 +22,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-import attackers_wave2 as attackers  # noqa: E402
-from test_attacks_wave2 import TASKS, attack_diff  # noqa: E402
+import attackers_wave2 as attackers
+from test_attacks_wave2 import TASKS, attack_diff
 
-from legorl.grading.grader import grade  # noqa: E402
-from legorl.sandbox.bwrap import BwrapBackend  # noqa: E402
-from legorl.tasks.loader import get_task  # noqa: E402
+from legorl.grading.grader import grade
+from legorl.sandbox.bwrap import BwrapBackend
+from legorl.tasks.loader import get_task
 
 
 def main() -> None:

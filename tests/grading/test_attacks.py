@@ -49,12 +49,12 @@ class ScriptedHarness:
 
     install = HarnessInstall()
 
-    def launch(self, task, sandbox, gateway_url, session_token, budget):  # noqa: ANN001, ANN201
+    def launch(self, task, sandbox, gateway_url, session_token, budget):
         return sandbox.exec(
             ["bash", "-c", self.script], timeout=budget.wall_clock_s, stdin=self.stdin, env={"LEGORL_PY": PY}
         )
 
-    def collect(self, sandbox, result, budget) -> HarnessResult:  # noqa: ANN001
+    def collect(self, sandbox, result, budget) -> HarnessResult:
         return HarnessResult(
             ending="timeout" if result.timed_out else "finished",
             exit_code=result.exit_code,
@@ -63,7 +63,7 @@ class ScriptedHarness:
         )
 
 
-def attempt(task, harness: ScriptedHarness, backend, **grade_kw):  # noqa: ANN001, ANN201
+def attempt(task, harness: ScriptedHarness, backend, **grade_kw):
     """The rollout pipeline without a gateway: isolation check, monitored harness run, diff, grade."""
     assert isinstance(harness, Harness)
     sandbox = backend.create(SandboxSpec(source_dir=task.source_dir))
@@ -89,7 +89,7 @@ def backend(tmp_path_factory):
     return BwrapBackend(root=tmp_path_factory.mktemp("sandboxes"))
 
 
-def pkg_dir(task) -> str:  # noqa: ANN001
+def pkg_dir(task) -> str:
     return split_diff(task.patch)[0].new_path.rsplit("/", 1)[0]
 
 
@@ -272,7 +272,7 @@ HARDCODE = {  # hard-coded answers to the examples in the issue; the hidden test
 ATTACK_TASKS = ["legorl__trivial-001", "legorl__easy-001", "legorl__medium-001"]
 
 
-def _script(template: str, task) -> str:  # noqa: ANN001
+def _script(template: str, task) -> str:
     f2p = task.FAIL_TO_PASS[0]
     return (
         template.replace("{pkg}", pkg_dir(task))

@@ -25,7 +25,7 @@ from legorl.tasks.loader import load_suite
 from legorl.tasks.model import Task
 
 sys.path.insert(0, str(Path(__file__).parent))
-import attackers_wave2 as attackers  # noqa: E402
+import attackers_wave2 as attackers
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.slow, pytest.mark.swebench_data]
 

@@ -140,7 +140,7 @@ class RefusingBackend:
 
     name = "refusing"
 
-    def create(self, spec):  # noqa: ANN001
+    def create(self, spec):
         raise SandboxError("injected: no sandbox")
 
 

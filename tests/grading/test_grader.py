@@ -223,10 +223,10 @@ class HangingPythonBackend:
 
     name = "hanging-python"
 
-    def __init__(self, backend):  # noqa: ANN001
+    def __init__(self, backend):
         self.backend = backend
 
-    def create(self, spec):  # noqa: ANN001, ANN201
+    def create(self, spec):
         sb = self.backend.create(spec)
         sb.write_file(HANG_PYTHON, "#!/bin/sh\nexec sleep 600\n")
         assert sb.exec(["chmod", "+x", HANG_PYTHON], timeout=30).exit_code == 0

@@ -24,7 +24,7 @@ def _one(suite: str, iid: str) -> Task:
     return task
 
 
-def _blocking(report) -> list[str]:  # noqa: ANN001
+def _blocking(report) -> list[str]:
     return [f.label for f in report.flag_details if f.severity == "blocking"]
 
 

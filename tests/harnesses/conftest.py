@@ -36,16 +36,3 @@ def underscore_tokens(monkeypatch: pytest.MonkeyPatch):
     issued = _issue_tokens(monkeypatch, "_")
     yield issued
     assert issued, "the test opened no session, so the hostile token was never used"
-
-
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    """One line counting the native-harness runs that were retried, and why (native_helpers.RETRIES)."""
-    import sys
-
-    helpers = sys.modules.get("native_helpers")  # imported only when a native-harness test ran
-    retries = getattr(helpers, "RETRIES", None)
-    if not retries:
-        return
-    terminalreporter.write_sep("-", f"native-harness retries: {len(retries)}")
-    for r in retries:
-        terminalreporter.write_line(f"{r['test']}: {r['harness']}: {r['reason']}")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from native_helpers import foreign_connects, run_native, tool_call, tool_names
+from native_helpers import RERUN_ON_RUNTIME_CRASH, foreign_connects, run_native, tool_call, tool_names
 
 from legorl.config import TrainerConfig
 from legorl.harnesses.base import Budget, Harness
@@ -107,6 +107,7 @@ def test_command_env_and_collect_classification():
 
 @pytest.mark.slow
 @pytest.mark.sandbox
+@RERUN_ON_RUNTIME_CRASH
 def test_claude_code_solves_trivial_task_only_talking_to_gateway(tmp_path, dash_tokens):
     # the session token starts with - (issue 17): still a clean run
     run = run_native(harness(), steps_policy([READ, FIX_ADD]), tmp_path, budget=BUDGET)
@@ -124,6 +125,7 @@ def test_claude_code_solves_trivial_task_only_talking_to_gateway(tmp_path, dash_
 
 @pytest.mark.slow
 @pytest.mark.sandbox
+@RERUN_ON_RUNTIME_CRASH
 def test_claude_code_wrong_fix_scores_zero_and_max_turns_is_budget(tmp_path, underscore_tokens):
     # the session token starts with _ (issue 17): still a clean run
     run = run_native(
@@ -138,6 +140,7 @@ def test_claude_code_wrong_fix_scores_zero_and_max_turns_is_budget(tmp_path, und
 
 @pytest.mark.slow
 @pytest.mark.sandbox
+@RERUN_ON_RUNTIME_CRASH
 def test_claude_code_compaction_is_a_linked_segment(tmp_path):
     # window 100k (its minimum) x 3.6% = compact once the context passes 3600 tokens: right after
     # the Read result. After the summary it fixes add with sed and answers.
@@ -191,6 +194,7 @@ def _assert_rollout_is_the_unit(split: list[Sample]) -> None:
 
 @pytest.mark.slow
 @pytest.mark.sandbox
+@RERUN_ON_RUNTIME_CRASH
 def test_claude_code_subagent_is_its_own_linked_thread(tmp_path):
     def policy(prompt: str) -> str:
         names = tool_names(prompt)

@@ -13,7 +13,7 @@ import tomllib
 from dataclasses import replace
 
 import pytest
-from native_helpers import foreign_connects, run_native, tool_call, tool_names
+from native_helpers import RERUN_ON_RUNTIME_CRASH, foreign_connects, run_native, tool_call, tool_names
 from rollout_helpers import assert_gateway_only, assert_recorded, rollout
 
 from legorl.harnesses.base import Budget, Harness
@@ -165,6 +165,7 @@ def test_codex_wrong_fix_scores_zero(tmp_path, underscore_tokens):
 
 @pytest.mark.slow
 @pytest.mark.sandbox
+@RERUN_ON_RUNTIME_CRASH
 def test_codex_compaction_is_a_linked_segment_and_the_step_budget_stops_it(tmp_path):
     # the first prompt is ~5.2k tokens; a ~1.2k-token command output passes the 6000-token limit, so
     # Codex summarises (a request without tools) and goes on from the opening messages plus the
@@ -180,7 +181,9 @@ def test_codex_compaction_is_a_linked_segment_and_the_step_budget_stops_it(tmp_p
     h = CodexHarness(auto_compact_tokens=6000)
     run = run_native(h, policy, tmp_path, budget=replace(BUDGET, max_turns=4, wall_clock_s=150))
     assert run.result.ending == "budget", (run.result.summary, run.result.log_tail)
-    assert run.result.summary["stopped_by_step_budget"] and run.result.summary["steps"] == 4
+    # the watchdog polls Codex's stream every 0.2 s: on a loaded machine a quick next command (the
+    # scripted policy answers at once) can complete before the stop lands
+    assert run.result.summary["stopped_by_step_budget"] and 4 <= run.result.summary["steps"] <= 6
     assert run.diff == ""
     main, summary, comp = run.samples
     assert [(s.segment_kind, s.segment_index) for s in run.samples] == [("main", 0), ("side", 1), ("compaction", 2)]

@@ -10,7 +10,7 @@ import json
 
 import pytest
 from export_check import assert_export_matches_turns
-from native_helpers import foreign_connects, run_native, tool_call, tool_names
+from native_helpers import RERUN_ON_RUNTIME_CRASH, foreign_connects, run_native, tool_call, tool_names
 from rollout_helpers import assert_gateway_only, assert_recorded, rollout
 
 from legorl.harnesses.base import Budget, Harness
@@ -132,6 +132,7 @@ def test_gemini_cli_wrong_fix_scores_zero_and_turn_limit_is_budget(tmp_path, und
 
 @pytest.mark.slow
 @pytest.mark.sandbox
+@RERUN_ON_RUNTIME_CRASH
 def test_gemini_cli_compaction_is_a_linked_segment(tmp_path):
     # The CLI compresses at the start of a request once the last prompt passed its threshold (here
     # half of 8000 tokens), but only history that ends with a text answer: in headless mode, when

@@ -73,7 +73,7 @@ def test_npm_layer_built_once_and_mounted_read_only(home, monkeypatch):
 def test_pip_venv_layer_is_relocated_to_its_mount(home, monkeypatch):
     try:
         install_mod.find_python("python3.12")
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         unavailable(str(exc))
     cache = ImageCache(home / "images")
     inst = HarnessInstall(kind="pip-venv", packages=("six==1.16.0",), python="python3.12")

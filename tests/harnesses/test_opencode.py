@@ -9,7 +9,15 @@ import json
 from dataclasses import replace
 
 import pytest
-from native_helpers import foreign_connects, note_retry, run_native, tool_call, tool_names
+from native_helpers import (
+    RERUN_ON_RUNTIME_CRASH,
+    UnfinishedRun,
+    foreign_connects,
+    run_native,
+    tool_call,
+    tool_names,
+    unfinished,
+)
 
 from legorl.harnesses.base import Budget, Harness
 from legorl.harnesses.common import json_lines
@@ -105,6 +113,7 @@ def test_config_env_and_collect_classification():
 @pytest.mark.slow
 @pytest.mark.sandbox
 @pytest.mark.parametrize("name", ["opencode", "opencode-responses"])
+@RERUN_ON_RUNTIME_CRASH
 def test_opencode_solves_trivial_task_only_talking_to_gateway(tmp_path, name, dash_tokens):
     # the session token starts with - (issue 17): still a clean run
     run = run_native(harness(name), steps_policy([READ, FIX_ADD]), tmp_path, budget=BUDGET)
@@ -122,6 +131,7 @@ def test_opencode_solves_trivial_task_only_talking_to_gateway(tmp_path, name, da
 
 @pytest.mark.slow
 @pytest.mark.sandbox
+@RERUN_ON_RUNTIME_CRASH
 def test_opencode_wrong_fix_scores_zero(tmp_path, underscore_tokens):
     # the session token starts with _ (issue 17): still a clean run
     tools = ("bash", "read", "edit", "write")  # a reduced tool set (~4.8k prompt tokens instead of ~7.4k)
@@ -131,8 +141,20 @@ def test_opencode_wrong_fix_scores_zero(tmp_path, underscore_tokens):
     assert "a + b" in run.diff and run.reward == 0.0
 
 
+# With the Responses provider OpenCode sometimes did not finish this run (about 1 in 3 on the 2026-12-04
+# machine): it hung after the compaction until the wall clock, or exited after two tool calls. Not
+# reproduced since (0 in 24 runs on 2026-12-06, idle and loaded; docs/harness-bench.md). The failure
+# carries the gateway's side of the wire, which says on whose side it hung.
 @pytest.mark.slow
 @pytest.mark.sandbox
+@RERUN_ON_RUNTIME_CRASH
+@pytest.mark.flaky(
+    reason="OpenCode did not finish the compaction run now and then (about 1 in 3 with the Responses provider "
+    "on 2026-12-04, 0 in 24 since): a hang after the compaction until the wall clock, or an exit after two "
+    "tool calls; cause not found",
+    runs=3,
+    on=UnfinishedRun,
+)
 @pytest.mark.parametrize("name", ["opencode", "opencode-responses"])
 def test_opencode_compaction_is_a_linked_segment(tmp_path, name):
     # context 10000, output 512: the first prompt (~7.4k tokens: system + tools) fits; a ~7k-token
@@ -153,28 +175,14 @@ def test_opencode_compaction_is_a_linked_segment(tmp_path, name):
         k = prompt.split("STATE: LOOKED", 1)[1].count("<tool_response>")
         return tool_call(*[READ, FIX_ADD][k]) if k < 2 else "Fixed."
 
-    # With the Responses provider OpenCode sometimes did not finish this run (about 1 in 3 on the
-    # 2026-12-04 machine): it hung after the compaction until the wall clock, or exited after two tool
-    # calls. Not reproduced since (0 in 24 runs on 2026-12-06, idle and loaded, with this code and
-    # with that day's gateway; docs/harness-bench.md). An unfinished run is retried twice and the
-    # test fails when none of three finishes; each retry is a HarnessRetry warning, counted at the
-    # end of the pytest run, with the gateway's side of the wire (every call, whether its stream went
-    # out whole, how long OpenCode stayed silent before the kill), which says on whose side it hung.
-    failed: list[dict] = []
-    for attempt in range(3):
-        run = run_native(
-            harness(name, context_limit=10000, output_limit=512),
-            policy,
-            tmp_path / f"attempt{attempt}",
-            budget=replace(BUDGET, wall_clock_s=120),  # a run takes ~20 s
-        )
-        if run.result.ending == "finished":
-            break
-        failed.append({"ending": run.result.ending, **run.result.summary, "turns": len(run.turns)})
-        failed[-1]["gateway"] = run.wire_evidence()
-        if attempt < 2:
-            note_retry(name, f"compaction run ended {run.result.ending!r}", gateway=failed[-1]["gateway"])
-    assert run.result.ending == "finished", failed
+    run = run_native(
+        harness(name, context_limit=10000, output_limit=512),
+        policy,
+        tmp_path,
+        budget=replace(BUDGET, wall_clock_s=120),  # a run takes ~20 s
+    )
+    if run.result.ending != "finished":
+        raise unfinished(run, f"compaction run ended {run.result.ending!r}")
     assert run.reward == 1.0
     kinds = [(s.segment_kind, s.segment_index) for s in run.samples]
     assert kinds == [("main", 0), ("side", 1), ("compaction", 2)], [
@@ -190,8 +198,18 @@ def test_opencode_compaction_is_a_linked_segment(tmp_path, name):
     assert foreign_connects(run.connects) == [], run.connects
 
 
+# OpenCode now and then hangs until the wall clock (once in ~25 fresh-clone CI runs here, with no output:
+# the launch shell prints the event stream only when OpenCode ends), as in the compaction test above;
+# what this test checks is the watchdog, so only a run that timed out runs again.
 @pytest.mark.slow
 @pytest.mark.sandbox
+@RERUN_ON_RUNTIME_CRASH
+@pytest.mark.flaky(
+    reason="OpenCode hung until the wall clock now and then (once in ~25 fresh-clone CI runs), before the "
+    "step budget this test checks could stop it; cause not found",
+    runs=3,
+    on=UnfinishedRun,
+)
 def test_opencode_step_budget_stops_a_model_that_never_answers(tmp_path):
     # at the last step OpenCode asks for a text-only answer, but keeps going while the model calls
     # tools: the launch watchdog ends it after max_turns + 1 steps
@@ -200,26 +218,16 @@ def test_opencode_step_budget_stops_a_model_that_never_answers(tmp_path):
             return "t"
         return tool_call("bash", {"command": f"echo {prompt.count('<tool_response>')}", "description": "x"})
 
-    # OpenCode now and then hangs until the wall clock (once in ~25 fresh-clone CI runs here, with no
-    # output: the launch shell prints the event stream only when OpenCode ends), as in the compaction
-    # test above; what this test checks is the watchdog, so a run that timed out is retried twice
-    # (recorded and counted as there), and the test fails when none of three reaches the budget.
-    failed: list[dict] = []
-    for attempt in range(3):
-        run = run_native(
-            harness("opencode"),
-            policy,
-            tmp_path / f"attempt{attempt}",
-            grade_it=False,
-            budget=Budget(max_turns=3, max_tokens_per_turn=256, wall_clock_s=90),  # a run takes ~16 s
-        )
-        if run.result.ending != "timeout":
-            break
-        failed.append({"ending": run.result.ending, **run.result.summary, "model_calls": len(run.turns)})
-        failed[-1]["gateway"] = run.wire_evidence()
-        if attempt < 2:
-            note_retry("opencode", "step-budget run timed out", gateway=failed[-1]["gateway"])
-    assert run.result.ending == "budget", (run.result.summary, run.result.log_tail, failed)
+    run = run_native(
+        harness("opencode"),
+        policy,
+        tmp_path,
+        grade_it=False,
+        budget=Budget(max_turns=3, max_tokens_per_turn=256, wall_clock_s=90),  # a run takes ~16 s
+    )
+    if run.result.ending == "timeout":
+        raise unfinished(run, "step-budget run timed out")
+    assert run.result.ending == "budget", (run.result.summary, run.result.log_tail)
     assert run.result.summary["stopped_by_step_budget"] and 4 <= run.result.summary["steps"] <= 5
     assert "maximum steps" in run.prompts[-1]
     assert run.diff == ""
@@ -227,6 +235,7 @@ def test_opencode_step_budget_stops_a_model_that_never_answers(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.sandbox
+@RERUN_ON_RUNTIME_CRASH
 def test_opencode_subagent_is_its_own_linked_thread(tmp_path):
     def policy(prompt: str) -> str:
         names = tool_names(prompt)

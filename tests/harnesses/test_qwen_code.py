@@ -10,7 +10,7 @@ import json
 
 import pytest
 from export_check import assert_export_matches_turns
-from native_helpers import foreign_connects, run_native, tool_call, tool_names
+from native_helpers import RERUN_ON_RUNTIME_CRASH, foreign_connects, run_native, tool_call, tool_names
 from rollout_helpers import assert_gateway_only, assert_recorded, rollout
 
 from legorl.harnesses.base import Budget, Harness
@@ -125,6 +125,7 @@ def test_qwen_code_gold_fix_resolves_only_talking_to_gateway(tmp_path, dash_toke
 
 @pytest.mark.slow
 @pytest.mark.sandbox
+@RERUN_ON_RUNTIME_CRASH
 def test_qwen_code_wrong_fix_scores_zero_and_turn_limit_is_budget(tmp_path, underscore_tokens):
     # after the wrong edit the model keeps reading: Qwen Code stops at --max-session-turns (exit 53)
     run = run_native(
@@ -140,6 +141,7 @@ def test_qwen_code_wrong_fix_scores_zero_and_turn_limit_is_budget(tmp_path, unde
 
 @pytest.mark.slow
 @pytest.mark.sandbox
+@RERUN_ON_RUNTIME_CRASH
 def test_qwen_code_compaction_is_a_linked_segment(tmp_path):
     # Window 60000 at 35%: Qwen Code compacts once its estimate of the next prompt (4 characters a
     # token) passes 21000. The first prompt is ~19k tokens (system prompt, tools, startup context);
@@ -178,6 +180,7 @@ def test_qwen_code_compaction_is_a_linked_segment(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.sandbox
+@RERUN_ON_RUNTIME_CRASH
 def test_qwen_code_subagent_is_a_linked_segment(tmp_path):
     # Qwen Code names no thread in its requests: the sub-agent's calls (its own system prompt) fork
     # from the main chain as a segment of their own, linked to it, and the main agent's later calls

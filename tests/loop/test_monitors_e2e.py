@@ -95,7 +95,7 @@ def test_env_failure_burst_pauses_the_run_until_resumed(tmp_path, monkeypatch):
     def main():
         try:
             result["history"] = asyncio.run(train(cfg))
-        except BaseException as exc:  # noqa: BLE001 - re-raised below
+        except BaseException as exc:  # re-raised below
             result["error"] = exc
 
     worker = threading.Thread(target=main, daemon=True)

@@ -47,7 +47,7 @@ class LiveRun:
     def _main(self, steps: int) -> None:
         try:
             asyncio.run(short_run(self.run_dir, steps=steps, trainer_steps=False))
-        except BaseException as exc:  # noqa: BLE001 - re-raised in join()
+        except BaseException as exc:  # re-raised in join()
             self.error = exc
 
     def start(self) -> LiveRun:

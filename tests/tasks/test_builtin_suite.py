@@ -22,7 +22,7 @@ MINIMUM = {"trivial": 14, "easy": 13, "medium": 13}
 ALL = load_suite("builtin")
 
 
-def _apply_check(patch: str, cwd) -> subprocess.CompletedProcess:  # noqa: ANN001
+def _apply_check(patch: str, cwd) -> subprocess.CompletedProcess:
     return subprocess.run(["git", "apply", "--check", "-"], input=patch, text=True, cwd=cwd, capture_output=True)
 
 

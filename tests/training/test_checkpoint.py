@@ -37,12 +37,13 @@ def test_resume_gives_the_same_next_step_as_an_uninterrupted_run(tmp_path):
     a = Trainer(_model(0), cfg, total_steps=4, seed=7)
     data = _samples(a.model)
     a.step(data)
-    path = ck.save_checkpoint(tmp_path, 0, a, {"next_step": 1}, metrics={"train/loss": 0.5})
+    # through the methods the loop calls (legorl.training.interface.LoopTrainer)
+    path = a.save_checkpoint(tmp_path, 0, {"next_step": 1}, metrics={"train/loss": 0.5})
     expected_rand = torch.rand(3)
     ref = a.step(data)  # the uninterrupted run's next step
 
     b = Trainer(_model(1), cfg, total_steps=4, seed=7)  # other weights: everything must come from disk
-    meta = ck.load_checkpoint(ck.latest_checkpoint(tmp_path), b)
+    meta = b.load_checkpoint(ck.latest_checkpoint(tmp_path))
     assert meta["loop"] == {"next_step": 1} and meta["metrics"]["train/loss"] == 0.5 and meta["step"] == 0
     assert torch.equal(torch.rand(3), expected_rand)  # the RNG continues where it was
     got = b.step(data)

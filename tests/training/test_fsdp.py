@@ -9,7 +9,6 @@ import os
 import re
 import subprocess
 import sys
-import warnings
 from pathlib import Path
 
 import pytest
@@ -41,29 +40,33 @@ def _rank_logs(log_dir: Path, chars: int = 4000) -> str:
     )
 
 
+class RankKilled(AssertionError):
+    """A torchrun rank died of a signal (the report and every rank's log are the message)."""
+
+
 def _launch(args: list[str], log_dir: Path, ranks: int = 1, timeout: int = 300) -> None:
     """Run the worker with ``args`` (under torchrun with ``ranks`` > 1); a rank's faults print its
-    Python stacks (faulthandler) into its log. A rank killed by a signal is reported as a warning,
-    with every rank's log, and the launch runs once more."""
+    Python stacks (faulthandler) into its log, which the failure carries with the launcher's report."""
     env = {**os.environ, "PYTHONFAULTHANDLER": "1", "TORCH_SHOW_CPP_STACKTRACES": "1"}
-    for attempt in range(2):
-        logs = log_dir / f"attempt-{attempt}"
-        launcher = [sys.executable]
-        if ranks > 1:  # each rank's output also goes to its own file
-            launcher += ["-m", "torch.distributed.run", "--nproc-per-node", str(ranks), "--master-port"]
-            launcher += [str(free_port()), "--log-dir", str(logs), "--tee", "3"]
-        done = subprocess.run(
-            [*launcher, str(WORKER), *args], capture_output=True, text=True, timeout=timeout, cwd=WORKER.parent, env=env
-        )
-        if done.returncode == 0:
-            return
-        report = done.stdout[-3000:] + done.stderr[-5000:] + "\n" + (_rank_logs(logs) if logs.is_dir() else "")
-        if attempt == 0 and KILLED_BY_SIGNAL.search(done.stderr):
-            warnings.warn(f"a rank was killed by a signal; running again. Its report:\n{report}", stacklevel=2)
-            continue
-        raise AssertionError(report)
+    launcher = [sys.executable]
+    if ranks > 1:  # each rank's output also goes to its own file
+        launcher += ["-m", "torch.distributed.run", "--nproc-per-node", str(ranks), "--master-port"]
+        launcher += [str(free_port()), "--log-dir", str(log_dir), "--tee", "3"]
+    done = subprocess.run(
+        [*launcher, str(WORKER), *args], capture_output=True, text=True, timeout=timeout, cwd=WORKER.parent, env=env
+    )
+    if done.returncode == 0:
+        return
+    report = done.stdout[-3000:] + done.stderr[-5000:] + "\n" + (_rank_logs(log_dir) if log_dir.is_dir() else "")
+    raise (RankKilled if KILLED_BY_SIGNAL.search(done.stderr) else AssertionError)(report)
 
 
+@pytest.mark.flaky(
+    reason="a torchrun rank died of a signal in a CI run (torchrun's report: exitcode -6), cause not found; "
+    "the failed run's report carries every rank's log and Python stacks",
+    runs=2,
+    on=RankKilled,
+)
 @pytest.mark.parametrize("name", list(CONFIGS))
 def test_two_fsdp_ranks_take_the_single_process_step_and_resume_at_world_size_1(name, tmp_path):
     cfg = json.dumps(CONFIGS[name])

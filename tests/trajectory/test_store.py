@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -378,3 +379,26 @@ def test_a_damaged_column_name_in_a_token_file_is_named(pristine_run, tmp_path):
         store = open_run(run)  # without verify: the reader that meets the file names it
         with pytest.raises(RunDirError, match=str(samples)):
             store.samples("a")
+
+
+def test_readers_in_the_writers_process_leave_its_write_ahead_log_alone(tmp_path):
+    """`legorl train --ui` opens the run's store to read it in the process that writes it. The check of
+    the file that every reader does must not drop the writer's POSIX locks (a plain open() and close()
+    of the file would): another process that opened and closed the store then took itself for the last
+    one, checkpointed and deleted the write-ahead log, and every rollout written after was lost."""
+    run = tmp_path / "run"
+    writer = RunStore(run)
+    rollout = functools.partial(Rollout, task_id="t", harness="h", sandbox="x")
+    writer.append_rollout(rollout(rollout_id="r0", session_id="s0"))
+    open_run(run).close(compact=False)  # a reader in this process (the UI)
+    count = [
+        sys.executable,
+        "-c",
+        f"import sqlite3; print(sqlite3.connect({str(run / 'run.sqlite')!r}).execute('SELECT count(*) FROM rollouts').fetchone()[0])",
+    ]
+    assert subprocess.run(count, capture_output=True, text=True, check=True).stdout.strip() == "1"  # `legorl status`
+    for i in range(1, 4):
+        writer.append_rollout(rollout(rollout_id=f"r{i}", session_id=f"s{i}"))
+    assert subprocess.run(count, capture_output=True, text=True, check=True).stdout.strip() == "4"
+    writer.close()
+    assert len(open_run(run).rollout_index(limit=-1)) == 4

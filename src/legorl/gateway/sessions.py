@@ -520,7 +520,7 @@ class Session:
         th = self.thread(thread_id)
         try:
             a = th.state.align(renderer, messages, tools)
-        except Exception:  # noqa: BLE001 - the gateway aligns again and records the error
+        except Exception:  # the gateway aligns again and records the error
             return self._touch(th)
         if a.kind != "fork" or th.explicit:
             return self._touch(th)
@@ -531,7 +531,7 @@ class Session:
         for other in others:
             try:
                 b = other.state.align(renderer, messages, tools)
-            except Exception:  # noqa: BLE001
+            except Exception:
                 continue
             if b.kind in ROUTABLE:
                 return self._touch(other)

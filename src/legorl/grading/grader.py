@@ -275,7 +275,7 @@ class _Outcome:
         return f"{self.cause.value}: {self.detail}" if self.detail else self.cause.value
 
 
-def _env_failure(cause: EnvFailureCause, detail: str, **kw: Any) -> _Outcome:  # noqa: ANN003
+def _env_failure(cause: EnvFailureCause, detail: str, **kw: Any) -> _Outcome:
     return _Outcome("env_failure", cause, detail=detail, **kw)
 
 
@@ -386,7 +386,7 @@ def grade_isolated(
     started = time.monotonic()
     try:
         return grade(task, diff, backend, *args, extra_flags=extra_flags, **kw)
-    except Exception as exc:  # noqa: BLE001 - the boundary: one diff's failure is that diff's record
+    except Exception as exc:  # the boundary: one diff's failure is that diff's record
         return grader_error_report(exc, extra_flags, time.monotonic() - started)
 
 
@@ -500,7 +500,7 @@ def _twin_pass(
     python,
     timeout,
     log,
-    stage,  # noqa: ANN001
+    stage,
     twin_ids: list[str],
 ) -> _Outcome:
     """The FAIL_TO_PASS tests passed: run again in a fresh sandbox with them rewritten as twins
@@ -553,7 +553,7 @@ def _destroy(sandbox: Sandbox, log: list[str]) -> None:
         log.append(f"cannot destroy sandbox {getattr(sandbox, 'name', '?')}: {exc}")
 
 
-def _attribute(task, backend, spec, out: _Outcome, protected, expected, python, timeout, log) -> _Outcome:  # noqa: ANN001
+def _attribute(task, backend, spec, out: _Outcome, protected, expected, python, timeout, log) -> _Outcome:
     """The run with the agent's diff hung or died without a report: re-run the *pristine* repository.
     If that run reports, the diff caused it (the agent's failure: status ok, reward 0); else it is
     the environment's (env_failure stands)."""
@@ -686,7 +686,7 @@ def _grade_in(
     python,
     timeout,
     log,
-    stage,  # noqa: ANN001
+    stage,
     *,
     behaviour_checks: bool = False,
     twin_tests: list[str] | None = None,
@@ -1003,7 +1003,7 @@ _SYMPY_WATCH = [
 ]
 
 
-def _sympy_run(  # noqa: ANN001
+def _sympy_run(
     sandbox, task, filtered, expected, flags, protected, python, timeout, log, stage, behaviour_checks
 ) -> _Outcome:
     """The hardened run of sympy's own runner (:mod:`legorl.grading.sympy_runner`), with the

@@ -154,7 +154,7 @@ def grade_predictions(
     reward_mode: str = "binary",
     flagged_policy: str = "zero",
     backend=None,
-) -> dict:  # noqa: ANN001
+) -> dict:
     from legorl.grading.grader import grade_isolated, grader_error_report
     from legorl.tasks.loader import load_suite
 
@@ -181,7 +181,7 @@ def grade_predictions(
         )
         try:
             return entry(p, r)
-        except Exception as exc:  # noqa: BLE001 - a report this code cannot render is still this prediction's
+        except Exception as exc:  # a report this code cannot render is still this prediction's
             return entry(p, grader_error_report(exc))
 
     def entry(p: dict, r: GraderReport) -> dict:

@@ -309,7 +309,7 @@ class _Fill(ast.NodeTransformer):
     def __init__(self, value: ast.expr) -> None:
         self.value = value
 
-    def visit_Name(self, node: ast.Name) -> ast.AST:  # noqa: N802 - ast's visitor names
+    def visit_Name(self, node: ast.Name) -> ast.AST:  # ast's visitor names
         return self.value if node.id == "_LG_X_" else node
 
 

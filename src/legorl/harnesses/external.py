@@ -55,7 +55,7 @@ def load_harness_class(path: str) -> type:
     module_name, qualname = path.split(":")
     try:
         module = importlib.import_module(module_name)
-    except Exception as exc:  # noqa: BLE001 - whatever the import raised, the config names a broken module
+    except Exception as exc:  # whatever the import raised, the config names a broken module
         raise UnknownHarnessError(
             f"harness {path!r}: cannot import module {module_name!r}: {type(exc).__name__}: {exc}"
         ) from None

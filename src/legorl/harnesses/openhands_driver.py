@@ -87,10 +87,10 @@ def main(argv: list[str] | None = None) -> int:
             for ev in list(state.events):
                 try:
                     out["events"].append(json.loads(ev.model_dump_json()))
-                except Exception:  # noqa: BLE001 - a transcript entry is best effort
+                except Exception:  # a transcript entry is best effort
                     out["events"].append({"kind": type(ev).__name__, "repr": repr(ev)[:2000]})
             out["steps"] = sum(1 for e in out["events"] if e.get("kind") == "ActionEvent")
-    except BaseException as exc:  # noqa: BLE001 - recorded, then reported by the exit code
+    except BaseException as exc:  # recorded, then reported by the exit code
         out["error"] = f"{type(exc).__name__}: {exc}"
         out["traceback"] = traceback.format_exc()[-4000:]
     with open(args.out, "w", encoding="utf-8") as f:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib
 
-from legorl.errors import UnknownHarnessError  # noqa: F401 - defined in the error tree, re-exported
+from legorl.errors import UnknownHarnessError  # defined in the error tree, re-exported
 from legorl.harnesses.base import Harness
 from legorl.harnesses.external import checked_harness, is_import_path, load_harness_class
 

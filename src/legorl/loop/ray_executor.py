@@ -149,7 +149,7 @@ class RayExecutor:
         for worker in self.workers:
             try:
                 await asyncio.wait_for(worker.handle.stop.remote(), timeout=10)
-            except Exception:  # noqa: BLE001 - a dead or stuck worker: killed below anyway
+            except Exception:  # a dead or stuck worker: killed below anyway
                 pass
             ray.kill(worker.handle)
         self.workers = []
@@ -211,7 +211,7 @@ class RayExecutor:
             try:
                 self.workers.append(await self._spawn(node))
                 log.warning("%s (pid %d) was lost; a new worker took its place", worker.name, worker.pid)
-            except Exception as e:  # noqa: BLE001 - the run goes on with the workers it has
+            except Exception as e:  # the run goes on with the workers it has
                 log.error("%s (pid %d) was lost and could not be replaced: %s", worker.name, worker.pid, e)
             finally:
                 self.stats["workers"] = len(self.workers)

@@ -22,7 +22,7 @@ import asyncio
 import hashlib
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
@@ -36,11 +36,11 @@ from legorl.grading.monitor import RolloutMonitor, check_isolation
 from legorl.harnesses.base import Budget, Harness, HarnessResult, run_harness
 from legorl.harnesses.install import harness_layer, harness_mounts
 from legorl.loop.truncation import truncation_flag
-from legorl.sandbox.base import SandboxBackend
+from legorl.sandbox.base import Sandbox, SandboxBackend
 from legorl.tasks.environment import sandbox_spec
 from legorl.tasks.model import Task
 from legorl.trajectory.builder import build_samples
-from legorl.trajectory.records import GraderReport, Rollout, Turn
+from legorl.trajectory.records import Flag, GraderReport, Rollout, RolloutStatus, Turn
 
 GATEWAY_PORT_IN_SANDBOX = 8000
 
@@ -125,7 +125,8 @@ async def run_rollout(
     )
     t0 = time.perf_counter()
     try:
-        await _run_in_sandbox(ctx, task, token, rollout)
+        outcome = await _run_in_sandbox(ctx, task, token)
+        outcome.write_to(rollout)
     finally:
         turns = ctx.gateway.session_turns(token)
         ctx.gateway.close_session(token)
@@ -134,25 +135,94 @@ async def run_rollout(
     return rollout
 
 
-async def _run_in_sandbox(ctx: RolloutContext, task: Task, token: str, rollout: Rollout) -> None:
+@dataclass
+class RolloutOutcome:
+    """What a rollout came to: the stages below return it, :meth:`write_to` puts it on the Rollout."""
+
+    status: RolloutStatus
+    cause: str | None = None
+    result: HarnessResult | None = None  # None: the harness never ended (its sandbox failed first)
+    diff: str = ""
+    grader: GraderReport | None = None
+    flag_details: list[Flag] = field(default_factory=list)  # every flag, blocking and info
+    reward: float = 0.0
+
+    def write_to(self, rollout: Rollout) -> None:
+        rollout.status, rollout.cause, rollout.reward = self.status, self.cause, self.reward
+        if self.result is not None:
+            rollout.harness_exit_code = self.result.exit_code
+            rollout.harness_log_tail = (self.result.log_tail or self.result.transcript)[-2000:]
+        rollout.diff, rollout.grader = self.diff, self.grader
+        # Rollout.flags: the blocking flags only (what flagged_policy acts on); flag_details: all of them.
+        rollout.flag_details = list(self.flag_details)
+        rollout.flags = list(dict.fromkeys(f.label for f in self.flag_details if f.severity == "blocking"))
+
+
+@dataclass(frozen=True)
+class RolloutRun:
+    """A rollout past its sandbox (destroyed by now) on its way to a grade; a stage returns it
+    updated (:func:`dataclasses.replace`) or the :class:`RolloutOutcome` that ends it."""
+
+    result: HarnessResult
+    diff: str
+    monitor: RolloutMonitor
+    turns: list[Turn] = field(default_factory=list)  # the gateway's record of the session
+    during: list[Flag] = field(default_factory=list)  # the monitor's flags and the gateway's
+    ending: str = ""  # the harness's own, or "budget" when the gateway's spent budget ended it
+    budget_cause: str | None = None
+
+    def outcome(
+        self,
+        status: RolloutStatus,
+        cause: str | None,
+        *,
+        grader: GraderReport | None = None,
+        flag_details: list[Flag] | None = None,
+        reward: float = 0.0,
+    ) -> RolloutOutcome:
+        return RolloutOutcome(status, cause, self.result, self.diff, grader, list(flag_details or []), reward)
+
+
+async def _run_in_sandbox(ctx: RolloutContext, task: Task, token: str) -> RolloutOutcome:
     try:  # the harness program: a cached read-only layer (built once, never at rollout time when warm)
         layer = await asyncio.to_thread(harness_layer, ctx.harness.install, getattr(ctx.backend, "cache", None), True)
     except SandboxError as exc:  # ImageBuildError included
-        rollout.status, rollout.cause = "env_failure", f"harness layer: {exc}"
-        return
+        return RolloutOutcome("env_failure", f"harness layer: {exc}")
     layers = harness_mounts(ctx.harness.install, layer)
     try:
-        await _run_with_layers(ctx, task, token, rollout, layers)
+        return await _run_with_layers(ctx, task, token, layers)
     finally:
         if layer is not None and layer.lease is not None:
             layer.lease.release()
 
 
 async def _run_with_layers(
-    ctx: RolloutContext, task: Task, token: str, rollout: Rollout, layers: tuple[tuple[str, str], ...]
-) -> None:
+    ctx: RolloutContext, task: Task, token: str, layers: tuple[tuple[str, str], ...]
+) -> RolloutOutcome:
+    """Sandbox and harness → what the gateway saw → grade → verdict; the first stage that fails ends it."""
     # an impossible variant (legorl.grading.canaries) is graded; the agent's side sees its original
     graded, task = task, agent_view(task)
+    run = await _harness_in_sandbox(ctx, task, token, layers)
+    if isinstance(run, RolloutOutcome):  # the environment failed: no verdict on the agent
+        return run
+    turns = _session_turns(ctx, token)
+    engine_cause = engine_failure(turns)
+    if engine_cause is not None:  # the model stopped answering: no verdict on the agent, no gradient
+        return run.outcome("env_failure", engine_cause)
+    run = _with_session(ctx, token, run, turns)
+    if run.ending == "crashed":
+        return run.outcome("harness_error", _crash_cause(run.result), flag_details=run.during)
+    report = await _grade(ctx, graded, run)
+    if report.status != "ok":
+        return run.outcome(report.status, report.cause, grader=report, flag_details=report.flag_details)
+    return _graded(ctx, run, report)
+
+
+async def _harness_in_sandbox(
+    ctx: RolloutContext, task: Task, token: str, layers: tuple[tuple[str, str], ...]
+) -> RolloutRun | RolloutOutcome:
+    """The agent's sandbox: created, checked for isolation, the harness run in it under the monitor,
+    its diff taken; destroyed on every path. A SandboxError on the way is an environment failure."""
     try:
         spec = sandbox_spec(
             task,
@@ -165,110 +235,115 @@ async def _run_with_layers(
         )
         sandbox = await asyncio.to_thread(ctx.backend.create, spec)
     except SandboxError as exc:
-        rollout.status, rollout.cause = "env_failure", f"sandbox create: {exc}"
-        return
+        return RolloutOutcome("env_failure", f"sandbox create: {exc}")
     monitor = RolloutMonitor.for_task(task, trace_dir=ctx.trace_dir)
+    result: HarnessResult | None = None
     try:
         # before: the agent's sandbox must be isolated (history cut, hidden tests absent, no network)
         breaches = await asyncio.to_thread(check_isolation, sandbox, task)
         if breaches:
-            rollout.status, rollout.cause = "env_failure", "isolation: " + "; ".join(breaches)
-            return
-        base_url = f"http://127.0.0.1:{GATEWAY_PORT_IN_SANDBOX}/v1"
-        monitor.start(sandbox)  # during: host-side strace + workspace scan
-        try:
-            result = await asyncio.to_thread(run_harness, ctx.harness, task, sandbox, base_url, token, ctx.budget)
-        except SandboxError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - an adapter bug is this rollout's failure, not the run's
-            result = HarnessResult(
-                ending="crashed",
-                exit_code=None,
-                transcript="",
-                log_tail=f"adapter raised {exc!r}",
-                summary={"cause": f"adapter raised {exc!r}"},
-            )
-        finally:
-            monitor.stop(sandbox)
-        rollout.harness_exit_code = result.exit_code
-        rollout.harness_log_tail = (result.log_tail or result.transcript)[-2000:]
-        rollout.diff = await asyncio.to_thread(sandbox.diff)
-    except SandboxError as exc:
-        rollout.status, rollout.cause = "env_failure", f"sandbox crashed during the harness: {exc}"
-        return
+            return RolloutOutcome("env_failure", "isolation: " + "; ".join(breaches))
+        result = await _monitored_harness(ctx, task, token, sandbox, monitor)
+        diff = await asyncio.to_thread(sandbox.diff)
+    except SandboxError as exc:  # the harness's exit code and log are kept when it had ended
+        return RolloutOutcome("env_failure", f"sandbox crashed during the harness: {exc}", result)
     finally:
         await asyncio.to_thread(sandbox.destroy)
+    return RolloutRun(result, diff, monitor)
+
+
+async def _monitored_harness(
+    ctx: RolloutContext, task: Task, token: str, sandbox: Sandbox, monitor: RolloutMonitor
+) -> HarnessResult:
+    """The harness, pointed at the gateway; an exception of its adapter (not the sandbox's) is its crash."""
+    base_url = f"http://127.0.0.1:{GATEWAY_PORT_IN_SANDBOX}/v1"
+    monitor.start(sandbox)  # during: host-side strace + workspace scan
     try:
-        turns = ctx.gateway.session_turns(token)
-    except Exception:  # noqa: BLE001 - the gateway's record is evidence, not a precondition
-        turns = []
-    engine_cause = engine_failure(turns)
-    if engine_cause is not None:  # the model stopped answering: no verdict on the agent, no gradient
-        rollout.status, rollout.cause = "env_failure", engine_cause
-        return
-    during = monitor.flags(turns)
+        return await asyncio.to_thread(run_harness, ctx.harness, task, sandbox, base_url, token, ctx.budget)
+    except SandboxError:
+        raise
+    except Exception as exc:  # an adapter bug is this rollout's failure, not the run's
+        return HarnessResult(
+            ending="crashed",
+            exit_code=None,
+            transcript="",
+            log_tail=f"adapter raised {exc!r}",
+            summary={"cause": f"adapter raised {exc!r}"},
+        )
+    finally:
+        monitor.stop(sandbox)
+
+
+def _session_turns(ctx: RolloutContext, token: str) -> list[Turn]:
+    try:
+        return ctx.gateway.session_turns(token)
+    except Exception:  # the gateway's record is evidence, not a precondition
+        return []
+
+
+def _with_session(ctx: RolloutContext, token: str, run: RolloutRun, turns: list[Turn]) -> RolloutRun:
+    """The run with what was seen during it: the monitor's flags and the gateway's, and a spent budget
+    (a harness that ended because its model stopped answering then ended by ``budget``)."""
+    during, ending, budget_cause = run.monitor.flags(turns), run.result.ending, None
     gw_report = _session_report(ctx, token)
-    budget_cause = None
     if gw_report is not None:
         during = [*during, *gw_report.flags()]
         if gw_report.exhausted:
             budget_cause = gw_report.describe()
-            if result.ending in ("finished", "crashed") and result.exit_code is not None:
+            if ending in ("finished", "crashed") and run.result.exit_code is not None:
                 # the model stopped answering: whatever the harness did then is not a harness failure
-                result.ending = "budget"
-                budget_cause += f" (harness exit code {result.exit_code})"
+                ending = "budget"
+                budget_cause += f" (harness exit code {run.result.exit_code})"
+    return replace(run, turns=turns, during=during, ending=ending, budget_cause=budget_cause)
 
-    rollout.flag_details = list(during)
-    rollout.flags = list(dict.fromkeys(f.label for f in during if f.severity == "blocking"))
-    if result.ending == "crashed":
-        detail = result.summary.get("cause") if isinstance(result.summary, dict) else None
-        rollout.status, rollout.cause = (
-            "harness_error",
-            f"harness exit code {result.exit_code}" + (f": {detail}" if detail else ""),
-        )
-        return
+
+def _crash_cause(result: HarnessResult) -> str:
+    detail = result.summary.get("cause") if isinstance(result.summary, dict) else None
+    return f"harness exit code {result.exit_code}" + (f": {detail}" if detail else "")
+
+
+async def _grade(ctx: RolloutContext, graded: Task, run: RolloutRun) -> GraderReport:
+    """The grader's report on the diff. A failure of our grading code on it is this rollout's
+    grader_error (:func:`grade_isolated`), one of the grader's sandbox an env_failure: not the step's end."""
     g = ctx.grading
-    try:  # a failure of our grading code on this diff is this rollout's grader_error, not the step's end
-        report = await asyncio.to_thread(
+    try:
+        return await asyncio.to_thread(
             lambda: grade_isolated(
                 graded,
-                rollout.diff,
+                run.diff,
                 ctx.backend,
                 g.timeout_s,
-                extra_flags=during,
+                extra_flags=run.during,
                 flagged_policy=g.flagged_policy,
                 reward_mode=g.reward_mode,
                 retries=g.retries,
             )
         )
     except SandboxError as exc:
-        report = GraderReport(
+        return GraderReport(
             resolved=False,
             reward=0.0,
             status="env_failure",
             cause=f"grader: {exc}",
-            flag_details=during,
-            flags=[f.label for f in during],
+            flag_details=run.during,
+            flags=[f.label for f in run.during],
         )
-    rollout.grader = report
-    # Rollout.flags: the blocking flags only (what flagged_policy acts on); flag_details: all of them.
-    rollout.flag_details = list(report.flag_details)
-    rollout.flags = list(dict.fromkeys(f.label for f in report.flag_details if f.severity == "blocking"))
-    if report.status != "ok":
-        rollout.status, rollout.cause = report.status, report.cause
-        return
-    rollout.reward = report.reward
-    rollout.status = "timeout" if result.ending == "timeout" else "ok"
-    cut = truncation_flag(result.ending, turns)
+
+
+def _graded(ctx: RolloutContext, run: RolloutRun, report: GraderReport) -> RolloutOutcome:
+    """A rollout the grader passed: its reward; ``timeout`` when the harness ran past its wall clock;
+    the truncation flag; the causes worth knowing (the wall clock, a spent budget)."""
+    details = list(report.flag_details)
+    cut = truncation_flag(run.ending, run.turns)
     if cut is not None:  # what trainer.truncated acts on (legorl.loop.truncation)
-        rollout.flag_details.append(cut)
+        details.append(cut)
     causes = []
-    if result.ending == "timeout":
+    if run.ending == "timeout":
         causes.append(f"harness ran past {ctx.budget.wall_clock_s:.0f}s")
-    if budget_cause:
-        causes.append(budget_cause)
-    if causes:
-        rollout.cause = "; ".join(causes)
+    if run.budget_cause:
+        causes.append(run.budget_cause)
+    status: RolloutStatus = "timeout" if run.ending == "timeout" else "ok"
+    return run.outcome(status, "; ".join(causes) or None, grader=report, flag_details=details, reward=report.reward)
 
 
 def engine_failure(turns: list[Turn]) -> str | None:
@@ -284,5 +359,5 @@ def engine_failure(turns: list[Turn]) -> str | None:
 def _session_report(ctx: RolloutContext, token: str) -> SessionReport | None:
     try:
         return ctx.gateway.session_report(token)
-    except Exception:  # noqa: BLE001 - evidence, not a precondition (e.g. a gateway stand-in without reports)
+    except Exception:  # evidence, not a precondition (e.g. a gateway stand-in without reports)
         return None

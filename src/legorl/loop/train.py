@@ -1,4 +1,6 @@
-"""The RL loop, on one screen: rollouts through the gateway → batch → GSPO step → weight sync."""
+"""The RL loop: :func:`train` on one screen of named stages. Set up (or resume) the run; then each
+step: rollouts through the gateway → batch → trainer step → weight sync → metrics → monitors →
+checkpoint; then the held-out evaluation."""
 
 from __future__ import annotations
 
@@ -10,50 +12,94 @@ import random
 import statistics
 import time
 from collections import Counter
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 
 from legorl.config import RunConfig
 from legorl.errors import ConfigError
 from legorl.grading.canaries import CanaryPool, canary_metrics
+from legorl.harnesses.base import Harness
 from legorl.loop.batch import Batch, step_batch
 from legorl.loop.control import RunState, read_control, wait_while_paused, write_control
-from legorl.loop.dynamic_sampling import draw_unused, refill_groups
+from legorl.loop.dynamic_sampling import Refill, draw_unused, refill_groups
 from legorl.loop.eval import evaluate_phase, phase_report_path
 from legorl.loop.executor import RolloutExecutor, open_executor
 from legorl.loop.provenance import write_manifest
 from legorl.loop.stack import GatewayStack, build_harness, open_gateway_stack, sandbox_backend
-from legorl.loop.staleness import drop_stale
+from legorl.loop.staleness import StalenessReport, drop_stale
 from legorl.loop.weight_sync import sync_weights
 from legorl.observe.memory import release_free_memory
 from legorl.observe.metrics import MetricsLogger, read_metrics
-from legorl.observe.monitors import AlertLog, Monitors
+from legorl.observe.monitors import Alert, AlertLog, Monitors
 from legorl.observe.plots import run_reward_curve
 from legorl.observe.progress import NoProgress, PhaseProgress
 from legorl.observe.token_logprobs import TrainerLogprobs
+from legorl.sandbox.base import SandboxBackend
 from legorl.tasks.loader import run_tasks
 from legorl.tasks.model import Task
 from legorl.training.checkpoint import (
+    checkpoint_step,
     keep_metrics_until,
     latest_checkpoint,
-    load_checkpoint,
     prune_checkpoints,
-    save_checkpoint,
     tuple_state,
 )
+from legorl.training.interface import LoopTrainer
 from legorl.training.ranks import RankedTrainer
 from legorl.training.trainer import Trainer
 from legorl.trajectory.records import Rollout
 
+if TYPE_CHECKING:
+    from legorl.trajectory.store import RunStore
+
 log = logging.getLogger(__name__)
+
+OnStep = Callable[[int, dict[str, Any]], object]  # told each finished step and its metrics row
+
+
+@dataclass
+class TrainingRun:
+    """What a run's steps share from the first to the last (it outlives the gateway stack)."""
+
+    cfg: RunConfig
+    run_dir: Path
+    tasks: list[Task]
+    rng: random.Random  # the task order: a checkpoint holds its state
+    canaries: CanaryPool | None
+    phases: PhaseProgress
+    metrics_log: MetricsLogger
+    trainer_logprobs: TrainerLogprobs  # the UI's per-token heat map
+    history: list[dict[str, Any]] = field(default_factory=list)
+    # max_staleness set: the next step's rollouts, started before this step trains, and when they started
+    prefetched: tuple[asyncio.Future[list[Rollout]], float] | None = None
+
+    def close(self) -> None:
+        if self.prefetched is not None:  # an error: the rollouts started early are not waited for
+            self.prefetched[0].cancel()
+        self.metrics_log.close()
+        self.trainer_logprobs.close()
+        release_free_memory()
+
+
+@dataclass
+class LoopParts:
+    """What the steps drive, alive while the gateway stack is open (:func:`open_parts`)."""
+
+    stack: GatewayStack
+    store: RunStore
+    trainer: LoopTrainer
+    executor: RolloutExecutor
+    monitors: Monitors
+    start: int  # the first step to run: 0, or the next one after the checkpoint resumed from
 
 
 async def train(
-    cfg: RunConfig, on_step=None, resume: bool = False, progress: PhaseProgress | None = None
+    cfg: RunConfig, on_step: OnStep | None = None, resume: bool = False, progress: PhaseProgress | None = None
 ) -> list[dict[str, Any]]:
     """Train per ``cfg``. ``resume``: continue ``cfg.run_dir`` from its latest checkpoint
     (:mod:`legorl.training.checkpoint`): weights, optimizer, RNGs, task-order cursor, weight version.
@@ -63,46 +109,18 @@ async def train(
     either when a threshold with that action is crossed. ``progress`` sees each phase: held-out
     evaluations, every step's rollouts (one by one) and its training."""
     run_dir = Path(cfg.run_dir)
-    if resume:  # a damaged store is refused with its file named before anything is trained on it
-        from legorl.trajectory.store import open_run
-
-        open_run(run_dir, verify=True).close(compact=False)
-    ckpt = latest_checkpoint(run_dir) if resume else None
-    if resume and ckpt is None:
-        raise ConfigError(f"{run_dir}: no complete checkpoint to resume from")
+    ckpt = checkpoint_to_resume(run_dir) if resume else None
     tasks = run_tasks(cfg, training=True)  # before the run directory exists: a refused run leaves nothing
-    run_dir.mkdir(parents=True, exist_ok=True)
-    if not resume:
-        (run_dir / "config.json").write_text(cfg.model_dump_json(indent=2))
-    # starting or resuming is the person's decision: it lifts a pause or stop a monitor left behind
-    write_control(run_dir, "running", "resumed" if resume else "started", by="train")
+    start_run_dir(cfg, run_dir, resume)
     asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=64))
-    random.seed(cfg.seed)
-    torch.manual_seed(cfg.seed)
-    rng = random.Random(cfg.seed)
-    harness = build_harness(cfg.rollout)
-    backend = sandbox_backend(cfg.sandbox)
+    rng = seeded_task_order(cfg)
+    harness, backend = build_harness(cfg.rollout), sandbox_backend(cfg.sandbox)
     canaries = CanaryPool.for_run(cfg, backend)  # grading.canaries: impossible variants mixed into steps
-    if cfg.eval.suite is not None and cfg.eval.before and not phase_report_path(run_dir, "before").is_file():
-        log.info("held-out evaluation before training: %s", cfg.eval.suite)
-        await evaluate_phase(cfg, "before", progress)
-        release_free_memory()  # the evaluation's engine is gone; its memory need not stay resident
+    await evaluate_held_out(cfg, "before", progress)
     metrics_log = MetricsLogger(run_dir, wandb=cfg.wandb, run_config=cfg.model_dump(mode="json"))
-    trainer_logprobs = TrainerLogprobs(run_dir)  # the UI's per-token heat map
-    phases = progress or NoProgress()
-
-    async def tracked(rollout: Awaitable[Rollout]) -> Rollout:
-        done = await rollout
-        phases.rollout_done(done)
-        return done
-
-    async def collect(executor: RolloutExecutor, step: int, chosen: list[Task], track: Any = None) -> list[Rollout]:
-        runs = [executor.rollout(task, step, g) for task in chosen for g in range(cfg.group_size)]
-        return await asyncio.gather(*[track(r) for r in runs] if track else runs)
-
-    history: list[dict[str, Any]] = []
-    # max_staleness set: the next step's rollouts, started before this step trains, and when they started
-    prefetched: tuple[asyncio.Future[list[Rollout]], float] | None = None
+    run = TrainingRun(
+        cfg, run_dir, tasks, rng, canaries, progress or NoProgress(), metrics_log, TrainerLogprobs(run_dir)
+    )
     try:
         # The gateway samples exactly as the trainer assumes (rollout=...), whatever the harness asks for.
         async with (
@@ -111,149 +129,269 @@ async def train(
             ) as stack,
             contextlib.AsyncExitStack() as scope,
         ):
-            engine, store = stack.engine, stack.run_store()
-            trainer = build_trainer(cfg, stack)
-            if isinstance(trainer, RankedTrainer):
-                scope.callback(trainer.close)
-            executor = await scope.enter_async_context(open_executor(cfg, stack, backend, harness))
-            start = 0
-            if ckpt is not None:
-                meta = await asyncio.to_thread(load_trainer_checkpoint, ckpt, trainer)
-                start = int(meta["loop"]["next_step"])
-                rng.setstate(tuple_state(meta["loop"]["task_rng"]))
-                keep_metrics_until(run_dir, int(meta["step"]))  # rows of steps the checkpoint does not hold
-                prune_checkpoints(run_dir, cfg.checkpoint.keep)  # and a save a kill cut short
-                AlertLog(run_dir).keep_until(int(meta["step"]))
-                gone = store.abandon_unfinished(
-                    int(meta["step"]), f"resumed from the checkpoint of step {meta['step']}"
-                )
-                if gone:
-                    log.warning("resume: %d session(s) past the checkpoint marked abandoned", len(gone))
-                await sync_weights(engine, trainer)
-            elif cfg.trainer.lora is not None:  # the engine serves the adapter from the first request on
-                await sync_weights(engine, trainer)
-            write_manifest(
-                cfg,
-                run_dir,
-                model_path=stack.model_path,
-                tasks=tasks,
-                name="manifest.json" if ckpt is None else resume_manifest_name(run_dir, start),
-            )
-            monitors = Monitors(run_dir, cfg.monitors, read_metrics(run_dir) if ckpt is not None else [])
-            for step in range(start, cfg.steps):
-                control = await wait_while_paused(
-                    run_dir,
-                    on_pause=lambda c: log.warning(
-                        "run paused (%s, by %s); resume: legorl control %s resume", c.reason, c.by, run_dir
-                    ),
-                )
-                if control.state == "stop":
-                    log.warning("run stopped before step %d (%s, by %s)", step, control.reason, control.by)
+            parts = await open_parts(run, stack, scope, harness, backend, ckpt)
+            for step in range(parts.start, cfg.steps):
+                if await stop_requested(run_dir, step):
                     break
-                t0 = time.perf_counter()
-                rollouts: list[Rollout]
-                if prefetched is None:
-                    chosen = rng.sample(tasks, min(cfg.tasks_per_step, len(tasks)))
-                    chosen = await canaries.mix_async(chosen, step) if canaries else chosen
-                    phases.begin(f"step {step + 1}/{cfg.steps}: rollouts", total=len(chosen) * cfg.group_size)
-                    rollouts = await collect(executor, step, chosen, tracked)
-                else:  # started while the previous step trained: its time counts from then
-                    (pending, t0), prefetched = prefetched, None
-                    phases.begin(f"step {step + 1}/{cfg.steps}: rollouts (started during the previous step)")
-                    rollouts = await pending
-                refilled = await refill_groups(  # DAPO's dynamic sampling (dynamic_sampling_rounds 0: none)
-                    rollouts,
-                    functools.partial(step_batch, cfg, version=trainer.version),
-                    lambda k, used: draw_unused(rng, tasks, k, used),
-                    functools.partial(collect, executor, step, track=tracked),
-                    target=min(cfg.tasks_per_step, len(tasks)),
-                    rounds=cfg.dynamic_sampling_rounds,
-                )
-                rollouts = refilled.rollouts
-                for r in rollouts:  # on disk before anything trains on them
-                    store.append_rollout(r)
-                t_rollout = time.perf_counter() - t0
-                task_rng = rng.getstate()  # a resume from this step's checkpoint draws the next step's tasks
-                if cfg.max_staleness is not None and step + 1 < cfg.steps:
-                    upcoming = rng.sample(tasks, min(cfg.tasks_per_step, len(tasks)))
-                    upcoming = await canaries.mix_async(upcoming, step + 1) if canaries else upcoming
-                    prefetched = (asyncio.ensure_future(collect(executor, step + 1, upcoming)), time.perf_counter())
-                stale = drop_stale(rollouts, trainer.version, cfg.max_staleness)
-                batch = step_batch(cfg, stale.kept)
-                version_before = trainer.version
-                phases.begin(f"step {step + 1}/{cfg.steps}: training on {len(batch.samples)} samples")
-                release_free_memory()  # the engine's batch KV, freed: the step's gradients need the room
-                metrics = await asyncio.to_thread(train_step, trainer, stack, batch)
-                release_free_memory()  # the step's activations and gradients, before the next rollouts
-                record_step_logprobs(trainer_logprobs, trainer, rollouts, step, version_before)
-                if metrics["train/updated"]:
-                    metrics.update(await sync_weights(engine, trainer))
-                metrics.update(rollout_metrics(rollouts))
-                metrics.update(canary_metrics(rollouts))  # canary/hack_rate: the canary_hacks monitor reads it
-                metrics.update(refilled.metrics())
-                metrics.update(
-                    {
-                        "batch/groups": batch.groups_total,
-                        "batch/groups_with_signal": batch.groups_with_signal,
-                        "batch/truncated": batch.truncated,
-                        "batch/overlong": batch.overlong,
-                        "time/rollout_s": t_rollout,
-                        "time/step_s": time.perf_counter() - t0,
-                        "weight_version": engine.weight_version,
-                    }
-                )
-                metrics.update({f"batch/dropped_{k}": v for k, v in batch.dropped.items()})
-                metrics.update(stale.metrics())
-                metrics.update({f"executor/{k}": v for k, v in getattr(executor, "stats", {}).items()})
-                metrics_log.log(step, metrics)
-                acting = []  # alerts whose action pauses or stops the run (stop last: it wins)
-                for alert in sorted(monitors.after_step({"step": step, **metrics}), key=lambda a: a.level == "stop"):
-                    log.warning("alert [%s] %s: %s", alert.level, alert.what, alert.detail)
-                    if alert.level in ("pause", "stop"):
-                        acting.append(alert)
-                # a paused or stopping run holds a checkpoint of this step (written before it says so), so
-                # stopping from a pause and `train --resume` continue here whatever checkpoint.every says
-                held = bool(acting) or read_control(run_dir).state != "running"
-                every = cfg.checkpoint.every
-                if (every and (step + 1) % every == 0) or step == cfg.steps - 1 or held:
-                    await asyncio.to_thread(
-                        save_trainer_checkpoint,
-                        run_dir,
-                        step,
-                        trainer,
-                        {"next_step": step + 1, "task_rng": task_rng},
-                        metrics,
-                        str(stack.model_path) if stack.model_path else None,
-                    )
-                    prune_checkpoints(run_dir, cfg.checkpoint.keep)
-                for alert in acting:
-                    state: RunState = "paused" if alert.level == "pause" else "stop"
-                    write_control(run_dir, state, f"{alert.what}: {alert.detail}", by=f"monitor:{alert.monitor}")
-                history.append({"step": step, **metrics})
+                metrics = await run_step(run, parts, step)
+                run.history.append({"step": step, **metrics})
                 if on_step is not None:
                     on_step(step, metrics)
-            if prefetched is not None:  # stopped with the next step's rollouts running: keep them on disk
-                for r in await prefetched[0]:
-                    store.append_rollout(r)
-                prefetched = None
+            await keep_prefetched(run, parts.store)
         # the trainer's weights and optimizer state (3x the model) and the closed engine's model must
         # not stay resident beside the trained model that the held-out evaluation loads next
-        del trainer, executor, engine, store, stack
+        del parts, stack
     finally:
-        if prefetched is not None:  # an error: the rollouts started early are not waited for
-            prefetched[0].cancel()
-        metrics_log.close()
-        trainer_logprobs.close()
-        release_free_memory()
+        run.close()
     await asyncio.to_thread(run_reward_curve, run_dir)  # RUN_DIR/reward_curve.png
-    finished = latest_checkpoint(run_dir)
-    if cfg.eval.suite is not None and cfg.eval.after and finished is not None and finished_all_steps(finished, cfg):
-        log.info("held-out evaluation after training: %s", cfg.eval.suite)
-        await evaluate_phase(cfg, "after", progress)
-    return history
+    await evaluate_held_out(cfg, "after", progress)
+    return run.history
 
 
-def build_trainer(cfg: RunConfig, stack: GatewayStack) -> Trainer | RankedTrainer:
+# -- setup and resume ----------------------------------------------------------------------------
+def checkpoint_to_resume(run_dir: Path) -> Path:
+    """The checkpoint a resume continues from; a damaged run store or none complete is refused."""
+    from legorl.trajectory.store import open_run
+
+    # a damaged store is refused with its file named before anything is trained on it
+    open_run(run_dir, verify=True).close(compact=False)
+    ckpt = latest_checkpoint(run_dir)
+    if ckpt is None:
+        raise ConfigError(f"{run_dir}: no complete checkpoint to resume from")
+    return ckpt
+
+
+def start_run_dir(cfg: RunConfig, run_dir: Path, resume: bool) -> None:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if not resume:
+        (run_dir / "config.json").write_text(cfg.model_dump_json(indent=2))
+    # starting or resuming is the person's decision: it lifts a pause or stop a monitor left behind
+    write_control(run_dir, "running", "resumed" if resume else "started", by="train")
+
+
+def seeded_task_order(cfg: RunConfig) -> random.Random:
+    """Seed the global RNGs from ``cfg.seed``; returns the run's task-order RNG, seeded alike."""
+    random.seed(cfg.seed)
+    torch.manual_seed(cfg.seed)
+    return random.Random(cfg.seed)
+
+
+async def evaluate_held_out(cfg: RunConfig, phase: Literal["before", "after"], progress: PhaseProgress | None) -> None:
+    """The held-out evaluation (``cfg.eval``) before training (unless a resumed run already has its
+    report) or after it (once the checkpoint of the last step exists)."""
+    run_dir = Path(cfg.run_dir)
+    if cfg.eval.suite is None:
+        return
+    if phase == "before":
+        due = cfg.eval.before and not phase_report_path(run_dir, "before").is_file()
+    else:
+        finished = latest_checkpoint(run_dir) if cfg.eval.after else None
+        due = finished is not None and finished_all_steps(finished, cfg)
+    if due:
+        log.info("held-out evaluation %s training: %s", phase, cfg.eval.suite)
+        await evaluate_phase(cfg, phase, progress)
+        if phase == "before":
+            release_free_memory()  # the evaluation's engine is gone; its memory need not stay resident
+
+
+async def open_parts(
+    run: TrainingRun,
+    stack: GatewayStack,
+    scope: contextlib.AsyncExitStack,
+    harness: Harness,
+    backend: SandboxBackend,
+    ckpt: Path | None,
+) -> LoopParts:
+    """The trainer (restored from ``ckpt`` on a resume) and the rollout executor, both closed with
+    ``scope``; the engine serving the trainer's weights; the run's manifest and monitors."""
+    cfg, run_dir = run.cfg, run.run_dir
+    store = stack.run_store()
+    trainer = build_trainer(cfg, stack)
+    scope.callback(trainer.close)
+    executor = await scope.enter_async_context(open_executor(cfg, stack, backend, harness))
+    start = 0
+    if ckpt is not None:
+        start = await resume_from(run, trainer, store, ckpt)
+        await sync_weights(stack.engine, trainer)
+    elif cfg.trainer.lora is not None:  # the engine serves the adapter from the first request on
+        await sync_weights(stack.engine, trainer)
+    manifest = "manifest.json" if ckpt is None else resume_manifest_name(run_dir, start)
+    write_manifest(cfg, run_dir, model_path=stack.model_path, tasks=run.tasks, name=manifest)
+    monitors = Monitors(run_dir, cfg.monitors, read_metrics(run_dir) if ckpt is not None else [])
+    return LoopParts(stack, store, trainer, executor, monitors, start)
+
+
+async def resume_from(run: TrainingRun, trainer: LoopTrainer, store: RunStore, ckpt: Path) -> int:
+    """Restore the trainer and the task order from ``ckpt`` and set aside what the run wrote past it;
+    returns the step to continue with."""
+    meta = await asyncio.to_thread(trainer.load_checkpoint, ckpt)
+    run.rng.setstate(tuple_state(meta["loop"]["task_rng"]))
+    step = int(meta["step"])
+    keep_metrics_until(run.run_dir, step)  # rows of steps the checkpoint does not hold
+    prune_checkpoints(run.run_dir, run.cfg.checkpoint.keep)  # and a save a kill cut short
+    AlertLog(run.run_dir).keep_until(step)
+    gone = store.abandon_unfinished(step, f"resumed from the checkpoint of step {meta['step']}")
+    if gone:
+        log.warning("resume: %d session(s) past the checkpoint marked abandoned", len(gone))
+    return int(meta["loop"]["next_step"])
+
+
+# -- one step ------------------------------------------------------------------------------------
+async def stop_requested(run_dir: Path, step: int) -> bool:
+    """Wait while the run is paused (``RUN_DIR/control.json``); whether it was asked to stop."""
+    control = await wait_while_paused(
+        run_dir,
+        on_pause=lambda c: log.warning(
+            "run paused (%s, by %s); resume: legorl control %s resume", c.reason, c.by, run_dir
+        ),
+    )
+    if control.state == "stop":
+        log.warning("run stopped before step %d (%s, by %s)", step, control.reason, control.by)
+    return control.state == "stop"
+
+
+async def run_step(run: TrainingRun, parts: LoopParts, step: int) -> dict[str, Any]:
+    """One step: rollouts → batch → trainer step → weight sync → metrics → monitors → checkpoint;
+    returns the step's metrics row."""
+    refilled, t0 = await step_rollouts(run, parts, step)
+    t_rollout = time.perf_counter() - t0
+    task_rng = run.rng.getstate()  # a resume from this step's checkpoint draws the next step's tasks
+    if run.cfg.max_staleness is not None and step + 1 < run.cfg.steps:
+        upcoming = await draw_tasks(run, step + 1)
+        run.prefetched = (asyncio.ensure_future(collect(run, parts.executor, step + 1, upcoming)), time.perf_counter())
+    stale = drop_stale(refilled.rollouts, parts.trainer.version, run.cfg.max_staleness)
+    batch = step_batch(run.cfg, stale.kept)
+    metrics = await train_on(run, parts, step, batch, refilled.rollouts)
+    metrics.update(step_metrics(refilled, batch, stale, parts, t_rollout, t0))
+    run.metrics_log.log(step, metrics)
+    acting = acting_alerts(parts.monitors, step, metrics)
+    # a paused or stopping run holds a checkpoint of this step (written before it says so), so
+    # stopping from a pause and `train --resume` continue here whatever checkpoint.every says
+    held = bool(acting) or read_control(run.run_dir).state != "running"
+    await checkpoint_if_due(run, parts, step, {"next_step": step + 1, "task_rng": task_rng}, metrics, held)
+    for alert in acting:
+        state: RunState = "paused" if alert.level == "pause" else "stop"
+        write_control(run.run_dir, state, f"{alert.what}: {alert.detail}", by=f"monitor:{alert.monitor}")
+    return metrics
+
+
+async def step_rollouts(run: TrainingRun, parts: LoopParts, step: int) -> tuple[Refill, float]:
+    """The step's rollouts, their groups without signal refilled (DAPO's dynamic sampling;
+    ``dynamic_sampling_rounds`` 0: none), on disk before anything trains on them; and when they started."""
+    cfg = run.cfg
+    if run.prefetched is None:
+        t0 = time.perf_counter()
+        chosen = await draw_tasks(run, step)
+        run.phases.begin(f"step {step + 1}/{cfg.steps}: rollouts", total=len(chosen) * cfg.group_size)
+        rollouts = await collect(run, parts.executor, step, chosen, track=True)
+    else:  # started while the previous step trained: its time counts from then
+        (pending, t0), run.prefetched = run.prefetched, None
+        run.phases.begin(f"step {step + 1}/{cfg.steps}: rollouts (started during the previous step)")
+        rollouts = await pending
+    refilled = await refill_groups(
+        rollouts,
+        functools.partial(step_batch, cfg, version=parts.trainer.version),
+        lambda k, used: draw_unused(run.rng, run.tasks, k, used),
+        functools.partial(collect, run, parts.executor, step, track=True),
+        target=min(cfg.tasks_per_step, len(run.tasks)),
+        rounds=cfg.dynamic_sampling_rounds,
+    )
+    for r in refilled.rollouts:  # on disk before anything trains on them
+        parts.store.append_rollout(r)
+    return refilled, t0
+
+
+async def draw_tasks(run: TrainingRun, step: int) -> list[Task]:
+    """The tasks of ``step`` from the run's task order, canaries mixed in."""
+    chosen = run.rng.sample(run.tasks, min(run.cfg.tasks_per_step, len(run.tasks)))
+    return await run.canaries.mix_async(chosen, step) if run.canaries else chosen
+
+
+async def collect(
+    run: TrainingRun, executor: RolloutExecutor, step: int, chosen: list[Task], track: bool = False
+) -> list[Rollout]:
+    """``group_size`` rollouts of each task, at once; ``track``: each told to the progress display as it ends."""
+    runs = [executor.rollout(task, step, g) for task in chosen for g in range(run.cfg.group_size)]
+    return list(await asyncio.gather(*[tracked(run.phases, r) for r in runs] if track else runs))
+
+
+async def tracked(phases: PhaseProgress, rollout: Awaitable[Rollout]) -> Rollout:
+    done = await rollout
+    phases.rollout_done(done)
+    return done
+
+
+async def keep_prefetched(run: TrainingRun, store: RunStore) -> None:
+    """Stopped with the next step's rollouts running: they end and stay on disk."""
+    if run.prefetched is not None:
+        for r in await run.prefetched[0]:
+            store.append_rollout(r)
+        run.prefetched = None
+
+
+async def train_on(
+    run: TrainingRun, parts: LoopParts, step: int, batch: Batch, rollouts: list[Rollout]
+) -> dict[str, Any]:
+    """The trainer's step on ``batch``, its view of the samples recorded, the new weights into the
+    engine; returns the training metrics."""
+    trainer = parts.trainer
+    version_before = trainer.version
+    run.phases.begin(f"step {step + 1}/{run.cfg.steps}: training on {len(batch.samples)} samples")
+    release_free_memory()  # the engine's batch KV, freed: the step's gradients need the room
+    metrics = await asyncio.to_thread(train_step, trainer, parts.stack, batch)
+    release_free_memory()  # the step's activations and gradients, before the next rollouts
+    record_step_logprobs(run.trainer_logprobs, trainer, rollouts, step, version_before)
+    if metrics["train/updated"]:
+        metrics.update(await sync_weights(parts.stack.engine, trainer))
+    return metrics
+
+
+def step_metrics(
+    refilled: Refill, batch: Batch, stale: StalenessReport, parts: LoopParts, t_rollout: float, t0: float
+) -> dict[str, Any]:
+    """The step's metrics besides the trainer's: rollouts, canaries, refills, batch, timing, staleness, executor."""
+    rollouts = refilled.rollouts
+    return {
+        **rollout_metrics(rollouts),
+        **canary_metrics(rollouts),  # canary/hack_rate: the canary_hacks monitor reads it
+        **refilled.metrics(),
+        "batch/groups": batch.groups_total,
+        "batch/groups_with_signal": batch.groups_with_signal,
+        "batch/truncated": batch.truncated,
+        "batch/overlong": batch.overlong,
+        "time/rollout_s": t_rollout,
+        "time/step_s": time.perf_counter() - t0,
+        "weight_version": parts.stack.engine.weight_version,
+        **{f"batch/dropped_{k}": v for k, v in batch.dropped.items()},
+        **stale.metrics(),
+        **{f"executor/{k}": v for k, v in getattr(parts.executor, "stats", {}).items()},
+    }
+
+
+def acting_alerts(monitors: Monitors, step: int, metrics: dict[str, Any]) -> list[Alert]:
+    """The monitors' alerts on the step, logged; returns those whose action pauses or stops the run
+    (stop last: it wins)."""
+    acting = []
+    for alert in sorted(monitors.after_step({"step": step, **metrics}), key=lambda a: a.level == "stop"):
+        log.warning("alert [%s] %s: %s", alert.level, alert.what, alert.detail)
+        if alert.level in ("pause", "stop"):
+            acting.append(alert)
+    return acting
+
+
+async def checkpoint_if_due(
+    run: TrainingRun, parts: LoopParts, step: int, loop_state: dict[str, Any], metrics: dict[str, Any], held: bool
+) -> None:
+    """A checkpoint every ``checkpoint.every`` steps, after the last one, and whenever the run is held."""
+    cfg, stack = run.cfg, parts.stack
+    every = cfg.checkpoint.every
+    if (every and (step + 1) % every == 0) or step == cfg.steps - 1 or held:
+        base_model = str(stack.model_path) if stack.model_path else None
+        await asyncio.to_thread(parts.trainer.save_checkpoint, run.run_dir, step, loop_state, metrics, base_model)
+        prune_checkpoints(run.run_dir, cfg.checkpoint.keep)
+
+
+def build_trainer(cfg: RunConfig, stack: GatewayStack) -> LoopTrainer:
     """The run's trainer: in this process (``trainer.ranks`` 1), else FSDP2 ranks on Ray."""
     if cfg.trainer.ranks > 1:
         return RankedTrainer(
@@ -276,27 +414,7 @@ def build_trainer(cfg: RunConfig, stack: GatewayStack) -> Trainer | RankedTraine
     )
 
 
-def save_trainer_checkpoint(
-    run_dir: Path,
-    step: int,
-    trainer: Trainer | RankedTrainer,
-    loop_state: dict[str, Any],
-    metrics: dict[str, Any],
-    base_model: str | None,
-) -> Path:
-    """A checkpoint of the trainer, in this process or written by every rank."""
-    if isinstance(trainer, RankedTrainer):
-        return trainer.save_checkpoint(run_dir, step, loop_state, metrics, base_model)
-    return save_checkpoint(run_dir, step, trainer, loop_state, metrics, base_model)
-
-
-def load_trainer_checkpoint(ckpt: Path, trainer: Trainer | RankedTrainer) -> dict[str, Any]:
-    if isinstance(trainer, RankedTrainer):
-        return trainer.load_checkpoint(ckpt)
-    return load_checkpoint(ckpt, trainer)
-
-
-def train_step(trainer: Trainer | RankedTrainer, stack: GatewayStack, batch: Batch) -> dict[str, Any]:
+def train_step(trainer: LoopTrainer, stack: GatewayStack, batch: Batch) -> dict[str, Any]:
     """One trainer step on ``batch`` while the engine generates nothing (a colocated engine serves
     the very weights the step changes). Blocking: run it in a worker thread."""
     with stack.weights_changing():
@@ -305,8 +423,6 @@ def train_step(trainer: Trainer | RankedTrainer, stack: GatewayStack, batch: Bat
 
 def finished_all_steps(checkpoint: Path, cfg: RunConfig) -> bool:
     """Whether ``checkpoint`` is the one written after the run's last step."""
-    from legorl.training.checkpoint import checkpoint_step
-
     return checkpoint_step(checkpoint) == cfg.steps - 1
 
 
@@ -320,7 +436,7 @@ def resume_manifest_name(run_dir: Path, start: int) -> str:
 
 
 def record_step_logprobs(
-    sink: TrainerLogprobs, trainer: Trainer | RankedTrainer, rollouts: list[Rollout], step: int, weight_version: int
+    sink: TrainerLogprobs, trainer: LoopTrainer, rollouts: list[Rollout], step: int, weight_version: int
 ) -> None:
     """Store the trainer's view (π_old of this step, under ``weight_version``) of every sample it scored."""
     for r in rollouts:

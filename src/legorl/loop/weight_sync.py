@@ -10,13 +10,12 @@ from legorl.engines.base import takes_adapters
 
 if TYPE_CHECKING:
     from legorl.engines.base import Engine
-    from legorl.training.ranks import RankedTrainer
-    from legorl.training.trainer import Trainer
+    from legorl.training.interface import LoopTrainer
 
 __all__ = ["sync_weights"]
 
 
-async def sync_weights(engine: Engine, trainer: Trainer | RankedTrainer) -> dict[str, Any]:
+async def sync_weights(engine: Engine, trainer: LoopTrainer) -> dict[str, Any]:
     """Send the trainer's policy to ``engine`` under the trainer's weight version; returns the sync's
     metrics (``sync/adapter``: whether the adapter alone went, ``sync/adapter_bytes``: its size)."""
     adapter = trainer.adapter()

@@ -103,7 +103,7 @@ class Validator:
             try:
                 level, message, *fix = fn()
                 check = Check(name, level, message, fix[0] if fix else "", live)
-            except Exception as exc:  # noqa: BLE001 - a check that crashes is a fatal finding, named
+            except Exception as exc:  # a check that crashes is a fatal finding, named
                 check = Check(name, "fatal", f"{type(exc).__name__}: {exc}", "see the message above", live)
             check.seconds = round(time.perf_counter() - t0, 2)
         self.checks.append(check)

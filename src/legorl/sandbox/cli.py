@@ -16,7 +16,7 @@ app = typer.Typer(no_args_is_help=True, help="Environment image cache: build, li
 console = Console()
 
 
-def _backend(name: str):  # noqa: ANN202
+def _backend(name: str):
     if name == "bwrap":
         from legorl.sandbox.bwrap import BwrapBackend
 

@@ -126,7 +126,7 @@ def force_rmtree(path: Path) -> None:
     is retried below it, once per path (so a directory that stays unreadable cannot loop)."""
     retried: set[str] = set()
 
-    def retry(func, failed, exc_info) -> None:  # noqa: ANN001 - shutil.rmtree's onerror callback
+    def retry(func, failed, exc_info) -> None:  # shutil.rmtree's onerror callback
         if failed in retried:
             return
         retried.add(failed)

@@ -62,7 +62,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from legorl.errors import ImageBuildError, ImageDiskFullError, SandboxError  # noqa: F401 - re-exported
+from legorl.errors import ImageBuildError, ImageDiskFullError, SandboxError  # re-exported
 from legorl.sandbox.git import git_argv, host_git_env
 from legorl.sandbox.hostfs import force_rmtree
 from legorl.settings import legorl_home, settings
@@ -623,7 +623,7 @@ class PrewarmHandle:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             try:
                 out[name] = fut.result(timeout=left)
-            except BaseException as exc:  # noqa: BLE001 - reported per task
+            except BaseException as exc:  # reported per task
                 if isinstance(exc, TimeoutError) and not fut.done():
                     raise
                 out[name] = exc

@@ -212,7 +212,7 @@ class PodmanSandbox(HostWorkspaceSandbox):
         base_commit: str,
         env_lease=None,
         quota: DiskQuota | None = None,
-    ):  # noqa: ANN001
+    ):
         self.backend = backend
         self.spec = spec
         self.sandbox_dir = sandbox_dir

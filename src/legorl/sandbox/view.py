@@ -257,7 +257,7 @@ def _build_share(dest: Path) -> None:
     os.chmod(dest, 0o755)
 
 
-def _cached_tree(kind: str, key: str, build) -> Path:  # noqa: ANN001
+def _cached_tree(kind: str, key: str, build) -> Path:
     """``<LEGORL_HOME>/view/<kind>-<key>``, built once (atomically: a temp dir renamed into place)."""
     root = legorl_home() / "view"
     final = root / f"{kind}-{key}"

@@ -25,7 +25,7 @@ from legorl.tasks.model import Task
 BACKENDS = ("bwrap", "podman", "docker")
 
 
-def get_backend(name: str, **kwargs):  # noqa: ANN201 - a SandboxBackend
+def get_backend(name: str, **kwargs):  # a SandboxBackend
     """A sandbox backend by name, imported lazily; a clear ConfigError when it is unknown or unavailable."""
     if name == "bwrap":
         from legorl.sandbox.bwrap import BwrapBackend
@@ -78,7 +78,7 @@ def _not_passing(tests: dict[str, str], ids: list[str]) -> list[str]:
     return [f"{t} ({tests.get(t, 'missing')})" for t in ids if tests.get(t) != "passed"]
 
 
-def check_task(task: Task, backend, timeout: float = 120) -> CheckResult:  # noqa: ANN001
+def check_task(task: Task, backend, timeout: float = 120) -> CheckResult:
     """Gold patch resolves the task; the empty patch does not.
 
     Built-in tiers are held to more: a gold run without any flag, and an empty run in which every
@@ -110,7 +110,7 @@ def check_task(task: Task, backend, timeout: float = 120) -> CheckResult:  # noq
         res.seconds = time.monotonic() - started
         return res
 
-    def run(name: str, diff: str):  # noqa: ANN202 - a GraderReport
+    def run(name: str, diff: str):  # a GraderReport
         t = time.monotonic()
         report = grade(task, diff, backend, timeout=timeout)
         res.run_seconds[name] = round(time.monotonic() - t, 2)
@@ -178,7 +178,7 @@ def check_task(task: Task, backend, timeout: float = 120) -> CheckResult:  # noq
                 res.test_patch = "ok"
     except LegoRLError as exc:
         problems.append(f"error: {exc}")
-    except Exception as exc:  # noqa: BLE001 - one broken task must not hide the others
+    except Exception as exc:  # one broken task must not hide the others
         problems.append(f"crashed: {type(exc).__name__}: {exc}")
     res.seconds = time.monotonic() - started
     return res
@@ -211,7 +211,7 @@ def check_suite(
     tasks: list[Task],
     backend,
     workers: int | None = None,
-    timeout: float = 120,  # noqa: ANN001
+    timeout: float = 120,
     on_result: Callable[[CheckResult], None] | None = None,
 ) -> list[CheckResult]:
     """:func:`check_task` over ``tasks`` with ``workers`` threads (default 2); results in input order.

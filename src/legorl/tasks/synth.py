@@ -107,7 +107,7 @@ def run_tests(
     backend,
     repo: Path,
     edits: dict[str, str] | None = None,
-    timeout: float = 300,  # noqa: ANN001
+    timeout: float = 300,
     python: str | None = None,
 ) -> TestRun:
     """Run the repo's whole test suite in a fresh sandbox (after writing ``edits``: path -> text)."""
@@ -138,7 +138,7 @@ def run_tests(
     finally:
         try:
             sandbox.destroy()
-        except Exception:  # noqa: BLE001
+        except Exception:
             pass
     if res.timed_out:
         return TestRun(None, {}, {}, res.duration_s, timed_out=True, log=res.stderr[-4000:])
@@ -429,7 +429,7 @@ def synthesize(
     out: Path | str,
     max_tasks: int = 10,
     seed: int = 0,
-    backend=None,  # noqa: ANN001
+    backend=None,
     timeout: float | None = None,
     max_attempts: int | None = None,
     tier: Tier = "trivial",

@@ -14,5 +14,6 @@ __all__, __getattr__, __dir__ = lazy_exports(
         "register_advantage": "legorl.training.objectives",
         "compute_token_logprobs": "legorl.training.logprobs",
         "Trainer": "legorl.training.trainer",
+        "LoopTrainer": "legorl.training.interface",
     },
 )

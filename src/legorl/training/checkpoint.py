@@ -30,13 +30,15 @@ import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from legorl.errors import ConfigError
 from legorl.training import distributed as dp
-from legorl.training.trainer import Trainer
+
+if TYPE_CHECKING:  # the trainer module builds on this one (Trainer.save_checkpoint)
+    from legorl.training.trainer import Trainer
 
 __all__ = [
     "CHECKPOINTS",

@@ -140,8 +140,9 @@ class TrainerRank:
 
 
 class RankedTrainer:
-    """The Trainer's interface (what the loop calls) over ``ranks`` FSDP2 ranks on Ray. Close it
-    (``close()`` or ``with``) to end the ranks and, if it started Ray, Ray."""
+    """The Trainer's interface (what the loop calls: :class:`~legorl.training.interface.LoopTrainer`)
+    over ``ranks`` FSDP2 ranks on Ray. Close it (``close()`` or ``with``) to end the ranks and, if it
+    started Ray, Ray."""
 
     def __init__(
         self,

@@ -44,6 +44,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -51,6 +52,7 @@ import torch
 from legorl.config import TrainerConfig
 from legorl.errors import ConfigError
 from legorl.models.lora import LoraAdapter, adapter_dropout, adapter_of, add_lora, has_lora, merged_state_dict
+from legorl.training import checkpoint
 from legorl.training import distributed as dp
 from legorl.training.gspo import (
     ImportanceWeights,
@@ -522,6 +524,26 @@ class Trainer:
         self.optimizer.load_state_dict(state["optimizer"])
         self.version = int(state["version"])
         self.step_index = int(state["step_index"])
+
+    # -- what else the loop calls (legorl.training.interface.LoopTrainer) ------------------------
+    def save_checkpoint(
+        self,
+        run_dir: str | Path,
+        step: int,
+        loop_state: dict[str, Any],
+        metrics: dict[str, Any] | None = None,
+        base_model: str | None = None,
+    ) -> Path:
+        """Checkpoint the state after step ``step``: :func:`legorl.training.checkpoint.save_checkpoint`."""
+        return checkpoint.save_checkpoint(run_dir, step, self, loop_state, metrics, base_model)
+
+    def load_checkpoint(self, path: str | Path) -> dict[str, Any]:
+        """Restore a checkpoint and the global RNGs: :func:`legorl.training.checkpoint.load_checkpoint`."""
+        return checkpoint.load_checkpoint(path, self)
+
+    def close(self) -> None:
+        """Nothing to release: all this trainer holds is this process's memory (the loop closes every
+        trainer alike; :meth:`legorl.training.ranks.RankedTrainer.close` ends ranks and Ray)."""
 
 
 def _merge_ranks(stats: _StepStats) -> _StepStats:

@@ -48,7 +48,7 @@ import time
 from array import array
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -832,23 +832,26 @@ class RunStore:
         log.info("imported legacy JSONL records from %s", self.run_dir)
 
 
-_MAGIC = b"SQLite format 3\x00"
-
-
 def _check_file(db: Path) -> None:
     """What SQLite does not say itself: a file shorter than its 100-byte header it takes for a new, empty
     database (and the open would write one over the remains), and a file cut inside its last page
-    reads as if the missing bytes were zeros. A database file is whole pages, always."""
+    reads as if the missing bytes were zeros. A database file is whole pages, always.
+
+    The header is read through SQLite (a read-only connection), never with ``open()``: closing any other
+    descriptor of the file drops every POSIX lock this process holds on it, so a live run's connections
+    in this process (``legorl train --ui``) would look gone to other processes, and the next one to
+    close would checkpoint and delete the write-ahead log the run is still appending to."""
     size = db.stat().st_size
     if size == 0:
         return  # the write-ahead log holds everything so far (the caller checked that it exists)
-    with db.open("rb") as f:
-        head = f.read(100)
-    if len(head) < 100 or not head.startswith(_MAGIC):
+    if size < 100:
         raise RunDirError(f"{db}: not a readable SQLite database ({size} bytes, no SQLite header)")
-    page = int.from_bytes(head[16:18], "big")
-    page = 65536 if page == 1 else page
-    if page < 512 or page & (page - 1) or size % page:
+    try:
+        with closing(sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True)) as c:
+            page = int(c.execute("PRAGMA page_size").fetchone()[0])
+    except (sqlite3.Error, UnicodeDecodeError) as e:
+        raise RunDirError(f"{db}: not a readable SQLite database ({size} bytes, no SQLite header: {e})") from e
+    if size % page:
         raise RunDirError(f"{db}: truncated or damaged: {size} bytes is not a whole number of {page}-byte pages")
 
 
