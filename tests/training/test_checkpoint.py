@@ -38,7 +38,7 @@ def test_resume_gives_the_same_next_step_as_an_uninterrupted_run(tmp_path):
     data = _samples(a.model)
     a.step(data)
     # through the methods the loop calls (legorl.training.interface.LoopTrainer)
-    path = a.save_checkpoint(tmp_path, 0, {"next_step": 1}, metrics={"train/loss": 0.5})
+    path = a.save_checkpoint(ck.CheckpointRequest(tmp_path, 0, {"next_step": 1}, metrics={"train/loss": 0.5}))
     expected_rand = torch.rand(3)
     ref = a.step(data)  # the uninterrupted run's next step
 

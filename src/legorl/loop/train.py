@@ -43,6 +43,7 @@ from legorl.sandbox.base import SandboxBackend
 from legorl.tasks.loader import run_tasks
 from legorl.tasks.model import Task
 from legorl.training.checkpoint import (
+    CheckpointRequest,
     checkpoint_step,
     keep_metrics_until,
     latest_checkpoint,
@@ -387,7 +388,8 @@ async def checkpoint_if_due(
     every = cfg.checkpoint.every
     if (every and (step + 1) % every == 0) or step == cfg.steps - 1 or held:
         base_model = str(stack.model_path) if stack.model_path else None
-        await asyncio.to_thread(parts.trainer.save_checkpoint, run.run_dir, step, loop_state, metrics, base_model)
+        request = CheckpointRequest(run.run_dir, step, loop_state, metrics, base_model)
+        await asyncio.to_thread(parts.trainer.save_checkpoint, request)
         prune_checkpoints(run.run_dir, cfg.checkpoint.keep)
 
 

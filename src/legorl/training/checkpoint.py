@@ -29,6 +29,7 @@ import shutil
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -128,6 +129,20 @@ def keep_metrics_until(run_dir: str | Path, step: int) -> None:
     kept = [line for line in rows if int(json.loads(line).get("step", -1)) <= step]
     if len(kept) != len(rows):
         _write_atomic(path, "".join(line + "\n" for line in kept))
+
+
+@dataclass(frozen=True)
+class CheckpointRequest:
+    """What the loop asks a trainer to checkpoint after step ``step`` (in this process or on every rank)."""
+
+    run_dir: Path
+    step: int
+    loop_state: dict[str, Any]  # the loop's own state: next step, task-order RNG
+    metrics: dict[str, Any] | None = None
+    base_model: str | None = None  # the model the weights started from (exports and LoRA merges need it)
+
+    def save(self, trainer: Trainer) -> Path:
+        return save_checkpoint(self.run_dir, self.step, trainer, self.loop_state, self.metrics, self.base_model)
 
 
 def save_checkpoint(

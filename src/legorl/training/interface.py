@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     import torch
 
     from legorl.models.lora import LoraAdapter
+    from legorl.training.checkpoint import CheckpointRequest
     from legorl.trajectory.records import Sample
 
 __all__ = ["LoopTrainer"]
@@ -34,15 +35,8 @@ class LoopTrainer(Protocol):
     def adapter(self) -> LoraAdapter | None:
         """The LoRA adapter alone (None without ``trainer.lora``): what an adapter sync sends."""
 
-    def save_checkpoint(
-        self,
-        run_dir: str | Path,
-        step: int,
-        loop_state: dict[str, Any],
-        metrics: dict[str, Any] | None = None,
-        base_model: str | None = None,
-    ) -> Path:
-        """Checkpoint the state after step ``step`` (:mod:`legorl.training.checkpoint`); its directory."""
+    def save_checkpoint(self, request: CheckpointRequest) -> Path:
+        """Checkpoint the state after ``request.step`` (:mod:`legorl.training.checkpoint`); its directory."""
 
     def load_checkpoint(self, path: str | Path) -> dict[str, Any]:
         """Restore the checkpoint at ``path`` (and the global RNGs); its ``meta.json``."""

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 
     from legorl.config import ExecutorConfig, TrainerConfig
     from legorl.models.lora import LoraAdapter
+    from legorl.training.checkpoint import CheckpointRequest
     from legorl.trajectory.records import Sample
 
 __all__ = ["RankedTrainer", "TrainerRank"]
@@ -114,17 +115,8 @@ class TrainerRank:
         if self.rank == 0 and adapter is not None:
             adapter.save(path)
 
-    def save_checkpoint(
-        self,
-        run_dir: str,
-        step: int,
-        loop_state: dict[str, Any],
-        metrics: dict[str, Any] | None,
-        base_model: str | None,
-    ) -> str:
-        from legorl.training.checkpoint import save_checkpoint
-
-        return str(save_checkpoint(run_dir, step, self.trainer, loop_state, metrics, base_model))
+    def save_checkpoint(self, request: CheckpointRequest) -> str:
+        return str(request.save(self.trainer))
 
     def load_checkpoint(self, path: str) -> tuple[dict[str, Any], int, int]:
         from legorl.training.checkpoint import load_checkpoint
@@ -236,15 +228,8 @@ class RankedTrainer:
         finally:
             shutil.rmtree(path, ignore_errors=True)
 
-    def save_checkpoint(
-        self,
-        run_dir: str | Path,
-        step: int,
-        loop_state: dict[str, Any],
-        metrics: dict[str, Any] | None = None,
-        base_model: str | None = None,
-    ) -> Path:
-        return Path(self._all("save_checkpoint", str(run_dir), step, loop_state, metrics, base_model)[0])
+    def save_checkpoint(self, request: CheckpointRequest) -> Path:
+        return Path(self._all("save_checkpoint", request)[0])
 
     def load_checkpoint(self, path: str | Path) -> dict[str, Any]:
         meta, self.version, self.step_index = self._all("load_checkpoint", str(path))[0]

@@ -526,16 +526,9 @@ class Trainer:
         self.step_index = int(state["step_index"])
 
     # -- what else the loop calls (legorl.training.interface.LoopTrainer) ------------------------
-    def save_checkpoint(
-        self,
-        run_dir: str | Path,
-        step: int,
-        loop_state: dict[str, Any],
-        metrics: dict[str, Any] | None = None,
-        base_model: str | None = None,
-    ) -> Path:
-        """Checkpoint the state after step ``step``: :func:`legorl.training.checkpoint.save_checkpoint`."""
-        return checkpoint.save_checkpoint(run_dir, step, self, loop_state, metrics, base_model)
+    def save_checkpoint(self, request: checkpoint.CheckpointRequest) -> Path:
+        """Checkpoint the state after ``request.step``: :func:`legorl.training.checkpoint.save_checkpoint`."""
+        return request.save(self)
 
     def load_checkpoint(self, path: str | Path) -> dict[str, Any]:
         """Restore a checkpoint and the global RNGs: :func:`legorl.training.checkpoint.load_checkpoint`."""
