@@ -10,7 +10,8 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
-from legorl.cli import app, one_line
+from legorl.cli import app
+from legorl.cli.errors import one_line
 from legorl.errors import ImageBuildError
 
 runner = CliRunner()

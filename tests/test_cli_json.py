@@ -12,7 +12,8 @@ import typer
 from typer.testing import CliRunner
 
 from legorl.bench.schema import RESULT_KEYS
-from legorl.cli import MODEL_JSON_KEYS, MODELS_JSON_KEYS, app
+from legorl.cli import app
+from legorl.cli.models import MODEL_JSON_KEYS, MODELS_JSON_KEYS
 from legorl.sandbox.cli import LAYER_JSON_KEYS, LIST_JSON_KEYS
 from legorl.tasks.cli import SUITES_JSON_KEYS, TASK_JSON_KEYS
 from legorl.tasks.loader import BUILTIN_SUITES_DIR
@@ -174,7 +175,7 @@ def test_bench_ui_json():
 
 
 def test_no_json_prints_figures_not_a_dict_repr(capsys):
-    from legorl.cli import _print_result
+    from legorl.cli.bench import _print_result
 
     _print_result({"a": 1, "b": {"c": [1, 2], "d": None}, "e": {}}, as_json=False)
     assert capsys.readouterr().out.splitlines() == ["a: 1", "b.c: [1, 2]", "b.d: null", "e: {}"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-import legorl.cli as cli
+from legorl.cli import run as cli
 from legorl.loop.eval import phase_report_path
 from legorl.loop.eval_stats import Outcome, build_report
 from legorl.observe.memory import TreeMemory

@@ -264,7 +264,7 @@ class TrainerConfig(_Strict):
     # registrations must exist when their names are checked
     objective_module: str | None = Field(
         None,
-        description="An importable module that registers objectives or advantage estimators (register_policy_loss, register_advantage in legorl.training.objectives) when imported; it is imported when the config is validated, so its names can be used below (docs/objectives.md).",
+        description="An importable module that registers objectives or advantage estimators (register_policy_loss, register_advantage in legorl.objectives) when imported; it is imported when the config is validated, so its names can be used below (docs/objectives.md).",
     )
     objective: str = Field(
         "gspo",
@@ -376,7 +376,7 @@ class TrainerConfig(_Strict):
     @classmethod
     def _import_objective_module(cls, module: str | None) -> str | None:
         # the registry imports nothing of ML; the user's module may (its losses are torch functions)
-        from legorl.training.objectives import load_objective_module
+        from legorl.objectives import load_objective_module
 
         if module is not None:
             try:
@@ -390,7 +390,7 @@ class TrainerConfig(_Strict):
     @field_validator("objective", "advantage")
     @classmethod
     def _registered(cls, name: str, info: ValidationInfo) -> str:
-        from legorl.training.objectives import advantage_names, objective_names
+        from legorl.objectives import advantage_names, objective_names
 
         known = objective_names() if info.field_name == "objective" else advantage_names()
         if name not in known:
@@ -402,7 +402,7 @@ class TrainerConfig(_Strict):
 
     @model_validator(mode="after")
     def _objective_defaults_and_clip(self) -> TrainerConfig:
-        from legorl.training.objectives import objective_info
+        from legorl.objectives import objective_info
 
         info = objective_info(self.objective)
         if "advantage" not in self.model_fields_set:

@@ -27,7 +27,7 @@ UTF-8 (lone surrogates) or a path whose bytes are not UTF-8. The grader also ask
 files a diff touches and refuses the diff when the answers differ (``legorl.grading.grader``).
 
 Paths come out as git resolves them; they are *not* normalised further here: what a path means to
-the grader (``..``, test files) is :mod:`legorl.grading.rules`' business.
+the grader (``..``, test files) is :mod:`legorl.rules`' business.
 """
 
 from __future__ import annotations

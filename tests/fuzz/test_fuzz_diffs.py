@@ -29,7 +29,7 @@ from typer.testing import CliRunner
 from legorl.diffs import DiffError, split_diff
 from legorl.grading.diffcheck import git_names
 from legorl.grading.grader import filter_diff_detailed
-from legorl.grading.rules import PathKind, classify_path, protected_paths
+from legorl.rules import PathKind, classify_path, protected_paths
 from legorl.tasks.loader import get_task
 
 # Deterministic under CI: the same examples every run (the "ci" Hypothesis profile of tests/conftest.py

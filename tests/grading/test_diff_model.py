@@ -12,7 +12,7 @@ import pytest
 from legorl.diffs import DiffError, split_diff
 from legorl.grading.diffcheck import git_names, read_diff
 from legorl.grading.grader import classify_section, filter_diff_detailed
-from legorl.grading.rules import protected_paths
+from legorl.rules import protected_paths
 
 FIX = "diff --git a/pkg/m.py b/pkg/m.py\n--- a/pkg/m.py\n+++ b/pkg/m.py\n@@ -1 +1 @@\n-x = 1\n+x = 2\n"
 PLAIN_CONFTEST = "--- /dev/null\n+++ b/conftest.py\n@@ -0,0 +1,2 @@\n+import pytest\n+collect_ignore = ['tests']\n"

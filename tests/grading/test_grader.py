@@ -10,7 +10,7 @@ import pytest
 from legorl.diffs import split_diff
 from legorl.errors import EnvFailureCause, SandboxError
 from legorl.grading.grader import filter_diff
-from legorl.grading.junit import nodeid_key, parse_junit
+from legorl.junit import nodeid_key, parse_junit
 from legorl.sandbox.base import WORKSPACE, SandboxSpec
 from legorl.tasks.loader import get_task, load_suite
 

@@ -143,11 +143,12 @@ def test_a_bug_while_attributing_a_hang_raises(monkeypatch):
     real_grade_in = grader._grade_in
     calls = []
 
-    def grade_in(sandbox, task, filtered, *rest, **kw):
-        calls.append(filtered)
-        if len(calls) == 2:  # the pristine re-run
+    def grade_in(sandbox, job, *rest, **kw):
+        calls.append(job.filtered)
+        if len(calls) == 2:  # the pristine re-run (no diff applied)
+            assert job.filtered == ""
             raise KeyError("bug in the re-run")
-        return real_grade_in(sandbox, task, filtered, *rest, **kw)
+        return real_grade_in(sandbox, job, *rest, **kw)
 
     monkeypatch.setattr(grader, "_grade_in", grade_in)
     backend = FakeBackend(lambda: FakeSandbox(run=ExecResult(137, "", "", 2.0, timed_out=True)))

@@ -1,4 +1,4 @@
-"""The junit reader (legorl.grading.junit) the grader and the task synthesizer share."""
+"""The junit reader (legorl.junit) the grader and the task synthesizer share."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from legorl.grading import junit
+from legorl import junit
 from legorl.tasks.synth import parse_junit_report
 
 XML = """<testsuites><testsuite>

@@ -1,15 +1,15 @@
-"""The shared grading rules (legorl.grading.rules): paths and ``..``, test files, loopback — and that
+"""The shared grading rules (legorl.rules): paths and ``..``, test files, loopback — and that
 the grader (after) and the monitor (during) read them the same way."""
 
 from __future__ import annotations
 
 import pytest
 
+from legorl import rules
 from legorl.diffs import split_diff
-from legorl.grading import rules
 from legorl.grading.grader import classify_section, filter_diff, filter_diff_detailed
 from legorl.grading.monitor import classify_command, classify_path
-from legorl.grading.rules import PathKind, escapes, is_loopback, repo_path
+from legorl.rules import PathKind, escapes, is_loopback, repo_path
 from legorl.sandbox.base import WORKSPACE
 
 

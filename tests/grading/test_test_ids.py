@@ -3,7 +3,8 @@ their first whitespace; an IPv6 address in a parameter is no node separator)."""
 
 from __future__ import annotations
 
-from legorl.grading import junit, test_ids
+from legorl import junit
+from legorl.grading import test_ids
 
 
 def test_a_cut_id_runs_its_function_and_is_answered_by_every_test_it_abbreviates() -> None:

@@ -11,6 +11,7 @@ import json
 import subprocess
 import tomllib
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from native_helpers import RERUN_ON_RUNTIME_CRASH, foreign_connects, run_native, tool_call, tool_names
@@ -81,8 +82,12 @@ def test_config_command_and_environment():
     assert CONFIG_PATH == ".codex/config.toml"
 
 
+WATCHDOG_OUT = "/dev/shm/legorl-codex-watchdog-test.jsonl"
+
+
 def run_watchdog(lines: list[str], max_steps: int, tail: str = "sleep 30") -> subprocess.CompletedProcess:
-    """The launch watchdog around a stand-in program that prints ``lines`` then runs ``tail``."""
+    """The launch watchdog around a stand-in program that prints ``lines`` then runs ``tail``; its
+    stream file is ``WATCHDOG_OUT``, kept between calls as in a reused sandbox."""
     program = "".join(f"printf '%s\\n' {json.dumps(line)}; sleep 0.1; " for line in lines) + tail
     script = WATCHDOG.replace("MAX_STEPS", str(max_steps)).replace("/tmp/.legorl-codex.jsonl", "$OUT")
     return subprocess.run(
@@ -90,7 +95,7 @@ def run_watchdog(lines: list[str], max_steps: int, tail: str = "sleep 30") -> su
         capture_output=True,
         text=True,
         timeout=60,
-        env={"PATH": "/usr/bin:/bin", "OUT": "/dev/shm/legorl-codex-watchdog-test.jsonl"},
+        env={"PATH": "/usr/bin:/bin", "OUT": WATCHDOG_OUT},
     )
 
 
@@ -114,6 +119,20 @@ def test_watchdog_stops_codex_after_the_step_budget_and_an_unreachable_gateway()
     assert UNREACHABLE_EVENT in out.stdout.splitlines()[-1]
     r = h.collect(None, ExecResult(out.returncode, out.stdout, out.stderr, 1.0, False), BUDGET)
     assert r.ending == "crashed" and "could not connect to the gateway" in r.summary["cause"]
+
+
+def test_a_previous_runs_stream_left_in_the_sandbox_does_not_stop_the_next_run():
+    # the stream file was emptied by the background job's redirection, racing the watchdog's first
+    # count: a previous run's steps (over budget) stopped 2 runs in 20 at once (CI saw one)
+    stale = "".join(f"{line}\n" for line in (STARTED, TURN, RUN, RAN, RUN, RAN)) + f'{{"type":"{BUDGET_EVENT}"}}\n'
+    endings = []
+    for _ in range(25):
+        Path(WATCHDOG_OUT).write_text(stale)
+        out = run_watchdog([STARTED, TURN, SAID, DONE], 1, tail="exit 0")
+        endings.append(
+            CodexHarness().collect(None, ExecResult(out.returncode, out.stdout, out.stderr, 1.0, False), BUDGET).ending
+        )
+    assert endings == ["finished"] * 25
 
 
 def test_collect_turns_the_exit_into_an_agent_or_environment_outcome():

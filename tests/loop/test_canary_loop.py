@@ -26,7 +26,7 @@ from legorl.grading.impossible import FLAG_KIND
 from legorl.harnesses.scripted import fix_command
 from legorl.loop import stack as stack_module
 from legorl.loop import train as train_module
-from legorl.loop.control import read_control
+from legorl.observe.control import read_control
 from legorl.observe.monitors import AlertLog
 from legorl.observe.status import format_summary, run_summary
 from legorl.store import open_run

@@ -13,6 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 import legorl.cli as cli
+from legorl.cli import run as cli_run
 from legorl.config import CONFIGS_DIR, RunConfig
 
 runner = CliRunner()
@@ -27,7 +28,7 @@ def train_calls(monkeypatch):
         calls.append((args, kwargs))
         return []
 
-    monkeypatch.setattr(cli, "_run", record)
+    monkeypatch.setattr(cli_run, "_run", record)
     return calls
 
 

@@ -23,8 +23,8 @@ import legorl.loop.train as train_mod
 from legorl.config import RunConfig
 from legorl.engines.embedded import EmbeddedEngine
 from legorl.errors import SandboxError
-from legorl.loop.control import read_control
 from legorl.loop.train import train
+from legorl.observe.control import read_control
 from legorl.observe.metrics import read_metrics
 from legorl.observe.monitors import AlertLog
 from legorl.observe.status import run_summary

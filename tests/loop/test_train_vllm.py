@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from oneline_tasks import MIDRANGE_TASKS
 
 from legorl.config import RunConfig
 from legorl.loop.train import train
@@ -23,8 +24,7 @@ def test_two_steps_on_vllm_sync_weights_and_match_the_trainer(tmp_path):
         DEMO,
         run_dir=str(run),
         steps=2,
-        # 8 tasks × 4: a step without a single group with reward variance (which would not train, so
-        # the version would not move) needs all 8 tasks all-solved or all-failed at once
+        task_ids=MIDRANGE_TASKS,  # a step without a group with signal would not train
         tasks_per_step=8,
         group_size=4,
         **{

@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
+from oneline_tasks import MIDRANGE_TASKS
 
 from legorl.config import RunConfig
 from legorl.loop.train import train
@@ -26,8 +27,7 @@ def test_two_lora_steps_on_vllm_sync_the_adapter_and_match_the_trainer(tmp_path)
         DEMO,
         run_dir=str(run),
         steps=2,
-        # 8 tasks × 4 (as the full-weight vLLM run): a step without any group with signal would not
-        # train, so the adapter's version would not move
+        task_ids=MIDRANGE_TASKS,  # a step without a group with signal would not train
         tasks_per_step=8,
         group_size=4,
         **{

@@ -13,8 +13,8 @@ from needs import unavailable
 
 from legorl.config import RunConfig
 from legorl.errors import ConfigError
+from legorl.loop.validate import Validator
 from legorl.observe.metrics import MetricsLogger, read_metrics
-from legorl.observe.validate import Validator
 
 
 def test_jsonl_rows_store_nan_as_null(tmp_path):

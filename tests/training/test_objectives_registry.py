@@ -12,8 +12,7 @@ import torch
 from legorl.config import RunConfig, TrainerConfig
 from legorl.errors import ConfigError
 from legorl.loop.batch import assemble_batch
-from legorl.training.gspo import LossConfig, group_advantages, sample_loss
-from legorl.training.objectives import (
+from legorl.objectives import (
     BUILTIN_ADVANTAGES,
     BUILTIN_OBJECTIVES,
     get_advantage,
@@ -22,6 +21,7 @@ from legorl.training.objectives import (
     register_advantage,
     register_policy_loss,
 )
+from legorl.training.gspo import LossConfig, group_advantages, sample_loss
 from legorl.trajectory.records import Rollout, Sample
 
 

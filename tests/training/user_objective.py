@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from legorl.training.objectives import register_advantage, register_policy_loss
+from legorl.objectives import register_advantage, register_policy_loss
 from legorl.training.policy_losses import PolicyLoss
 
 

@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from legorl.engines.base import EngineHealth, FinishReason, GenerationResult, SamplingParams
@@ -255,62 +256,29 @@ def run_gateway_bench(
     from legorl.gateway.renderer import load_smollm2_gguf_tokenizer
 
     tok = load_smollm2_gguf_tokenizer()
-    eng = zero_engine_for(tok, output_tokens)
-    sp = SamplingParams(max_tokens=64)
-
-    async def base() -> list[float]:
-        ds = []
-        for _ in range(2000):
-            t0 = time.perf_counter()
-            await eng.generate([1, 2, 3], sp)
-            ds.append(time.perf_counter() - t0)
-        return ds
-
-    engine_ds = asyncio.run(base())
+    engine_ds = asyncio.run(_engine_latencies(zero_engine_for(tok, output_tokens)))
     cores = sorted(os.sched_getaffinity(0))
-    server_core = cores[-1] if pin else None
-    client_cores = set(cores[:-1]) if pin and len(cores) > 1 else None
+    pins = _Pinning(
+        server_core=cores[-1] if pin else None,
+        client_cores=set(cores[:-1]) if pin and len(cores) > 1 else None,
+    )
     port = _free_port()
-    run_dir = tempfile.mkdtemp(prefix="legorl-gwbench-")
     cfg = {
-        "core": server_core,
+        "core": pins.server_core,
         "output_tokens": output_tokens,
-        "run_dir": run_dir,
+        "run_dir": tempfile.mkdtemp(prefix="legorl-gwbench-"),
         "fsync": fsync,
         "sessions": concurrency + 1,
         "port": port,
     }
-    env = dict(
-        os.environ, PYTHONUNBUFFERED="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false"
-    )
-    proc = subprocess.Popen(
-        [sys.executable, "-c", _SERVER, json.dumps(cfg)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
-    old_aff = os.sched_getaffinity(0)
-    try:
-        line = proc.stdout.readline()  # type: ignore[union-attr]
-        if "READY" not in line:
-            raise RuntimeError(f"bench server failed: {line} {proc.stderr.read()[-2000:]}")  # type: ignore[union-attr]
-        if client_cores:
-            os.sched_setaffinity(0, client_cores)
-        raw = asyncio.run(_bench_async(f"http://127.0.0.1:{port}/v1", requests, concurrency, conv_len))
-    finally:
-        os.sched_setaffinity(0, old_aff)
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+    raw = _serve_and_drive(cfg, pins, f"http://127.0.0.1:{port}/v1", requests, concurrency, conv_len)
     eng_us = _pct(engine_ds, 0.5) * 1e6
     lat1 = raw["lat1"]
     result: dict[str, Any] = {
         "setup": {
-            "server": "separate process, uvicorn, 127.0.0.1" + (f", pinned to core {server_core}" if pin else ""),
-            "client": "httpx.AsyncClient" + (f" on cores {sorted(client_cores)}" if client_cores else ", same cores"),
+            "server": "separate process, uvicorn, 127.0.0.1" + (f", pinned to core {pins.server_core}" if pin else ""),
+            "client": "httpx.AsyncClient"
+            + (f" on cores {sorted(pins.client_cores)}" if pins.client_cores else ", same cores"),
             "cpu_count": os.cpu_count(),
             "output_tokens": output_tokens,
             "requests": requests,
@@ -331,19 +299,73 @@ def run_gateway_bench(
             f"rps_{concurrency}_clients": round(raw["rps_n_clients"], 1),
         },
     }
-    st = raw["stream"]
-    if st.get("supported"):
-        chunks = max(1, round(len(st["gaps"]) / max(1, len(st["lat"]))) + 1)
-        result["stream"] = {
-            "supported": True,
-            "chunks_per_response": chunks,
-            "ttfc_ms_p50": round(_pct(st["ttfc"], 0.5) * 1e3, 3),
-            "chunk_gap_ms_p50": round(_pct(st["gaps"], 0.5) * 1e3, 4),
-            "chunk_gap_ms_p99": round(_pct(st["gaps"], 0.99) * 1e3, 4),
-            "total_ms_p50": round(_pct(st["lat"], 0.5) * 1e3, 3),
-            "added_ms_per_chunk": round((_pct(st["lat"], 0.5) - _pct(lat1, 0.5)) * 1e3 / chunks, 4),
-        }
-    else:
-        result["stream"] = st
+    result["stream"] = _stream_figures(raw["stream"], lat1)
     result["store_append_turn_ms"] = _store_bench(store_turns)
     return result
+
+
+@dataclass(frozen=True)
+class _Pinning:
+    """Cores for the server process and for this (client) process; None: not pinned."""
+
+    server_core: int | None
+    client_cores: set[int] | None
+
+
+async def _engine_latencies(eng: ZeroCostEngine) -> list[float]:
+    """Seconds of 2,000 direct ``generate`` calls: the in-process baseline."""
+    sp = SamplingParams(max_tokens=64)
+    ds = []
+    for _ in range(2000):
+        t0 = time.perf_counter()
+        await eng.generate([1, 2, 3], sp)
+        ds.append(time.perf_counter() - t0)
+    return ds
+
+
+def _serve_and_drive(
+    cfg: dict[str, Any], pins: _Pinning, base: str, requests: int, concurrency: int, conv_len: int
+) -> dict[str, Any]:
+    """Start the gateway server process, drive it from this process (pinned to the client cores),
+    stop it; the raw client timings."""
+    env = dict(
+        os.environ, PYTHONUNBUFFERED="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _SERVER, json.dumps(cfg)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    old_aff = os.sched_getaffinity(0)
+    try:
+        line = proc.stdout.readline()  # type: ignore[union-attr]
+        if "READY" not in line:
+            raise RuntimeError(f"bench server failed: {line} {proc.stderr.read()[-2000:]}")  # type: ignore[union-attr]
+        if pins.client_cores:
+            os.sched_setaffinity(0, pins.client_cores)
+        return asyncio.run(_bench_async(base, requests, concurrency, conv_len))
+    finally:
+        os.sched_setaffinity(0, old_aff)
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def _stream_figures(st: dict[str, Any], lat1: list[float]) -> dict[str, Any]:
+    """Streaming figures when the gateway streams; else what it answered."""
+    if not st.get("supported"):
+        return st
+    chunks = max(1, round(len(st["gaps"]) / max(1, len(st["lat"]))) + 1)
+    return {
+        "supported": True,
+        "chunks_per_response": chunks,
+        "ttfc_ms_p50": round(_pct(st["ttfc"], 0.5) * 1e3, 3),
+        "chunk_gap_ms_p50": round(_pct(st["gaps"], 0.5) * 1e3, 4),
+        "chunk_gap_ms_p99": round(_pct(st["gaps"], 0.99) * 1e3, 4),
+        "total_ms_p50": round(_pct(st["lat"], 0.5) * 1e3, 3),
+        "added_ms_per_chunk": round((_pct(st["lat"], 0.5) - _pct(lat1, 0.5)) * 1e3 / chunks, 4),
+    }

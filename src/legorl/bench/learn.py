@@ -43,8 +43,9 @@ import asyncio
 import json
 import random
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from legorl.bench.harness_stats import harness_stats
 from legorl.config import RunConfig
@@ -52,6 +53,9 @@ from legorl.errors import ConfigError
 from legorl.loop.eval import phase_report_path
 from legorl.loop.eval_stats import EvalReport, two_proportion_test
 from legorl.observe.plots import plot_reward_curves
+
+if TYPE_CHECKING:
+    from legorl.observe.progress import RichPhaseProgress
 
 __all__ = ["HARNESS_RUNS", "bootstrap_diff", "run_learn_bench", "solved_among_valid", "valid_line_rate"]
 
@@ -141,6 +145,17 @@ def _rate(report: EvalReport) -> float:
     return report.correct / report.samples if report.samples else float("nan")
 
 
+@dataclass(frozen=True)
+class _Bench:
+    """What every stage of one learning bench shares: the loaded config and where it writes."""
+
+    cfg: RunConfig
+    out_dir: Path
+    harness: str | None
+    init: Path | None
+    t0: float
+
+
 def run_learn_bench(
     config: Path,
     out_dir: Path,
@@ -149,82 +164,122 @@ def run_learn_bench(
     harness: str | None = None,
     init: Path | None = None,
 ) -> dict[str, Any]:
-    from legorl.loop.train import train
-    from legorl.observe.metrics import read_metrics
-    from legorl.training.checkpoint import latest_checkpoint
+    cfg = _load_config(config, overrides, harness)
+    from legorl.observe.progress import RichPhaseProgress
 
+    phases = RichPhaseProgress()  # on stderr: stdout carries the JSON; a run of hours must not be silent
+    bench = _Bench(cfg=cfg, out_dir=Path(out_dir), harness=harness, init=init, t0=time.perf_counter())
+    fit = _context_fit(cfg, bench.out_dir / "preflight") if harness is not None else None
+    if fit is not None and not fit["fits_context"]:
+        return _write_unfit(bench, fit, phases)
+    arms = {"policy": False, **({"control": True} if control else {})}
+    walls: dict[str, float] = {}
+    for name, flip in arms.items():
+        wall = _run_arm(bench, name, flip, phases)
+        if wall is not None:  # None: the arm was done before
+            walls[name] = wall
+    before, after = _report(bench.out_dir, "policy", "before"), _report(bench.out_dir, "policy", "after")
+    result = _result(bench, arms, before, after, walls)
+    if harness is not None:
+        result.update(_harness_result(bench, fit))
+    result["warm_start"] = str(init) if init is not None else None
+    if control:
+        result.update(_control_result(bench.out_dir, before))
+    (bench.out_dir / "bench_learn.json").write_text(json.dumps(result, indent=2))
+    phases.console.print(
+        f"held-out {result['heldout_before']:.3f} → {result['heldout_after']:.3f} (p = {result['p_value']:.3g})"
+        + (f", control {result['control_after']:.3f}" if control else "")
+        + f"; results, runs and plot in {bench.out_dir}"
+    )
+    return result
+
+
+def _load_config(config: Path, overrides: dict[str, Any] | None, harness: str | None) -> RunConfig:
+    """The run config with the harness's own options and the caller's overrides on top."""
     if harness is not None and harness not in HARNESS_RUNS:
         raise ConfigError(f"bench learn --harness: unknown harness {harness!r}; known: {', '.join(HARNESS_RUNS)}")
     cfg = RunConfig.load(config, **{**(HARNESS_RUNS[harness] if harness else {}), **(overrides or {})})
     if cfg.eval.suite is None:
         raise ConfigError(f"{config}: bench learn needs an eval section with a held-out suite (eval.suite)")
-    from legorl.observe.progress import RichPhaseProgress, StepClock
+    return cfg
 
-    phases = RichPhaseProgress()  # on stderr: stdout carries the JSON; a run of hours must not be silent
-    progress = phases.console
-    out_dir = Path(out_dir)
-    t0 = time.perf_counter()
-    fit = _context_fit(cfg, out_dir / "preflight") if harness is not None else None
-    if fit is not None and not fit["fits_context"]:
+
+def _write_unfit(bench: _Bench, fit: dict[str, Any], phases: RichPhaseProgress) -> dict[str, Any]:
+    """The result of a harness whose first prompt does not fit the model's context: nothing trained."""
+    cfg, out_dir = bench.cfg, bench.out_dir
+    phases.console.print(
+        f"[bold red]{bench.harness}[/]: its first prompt has {fit['first_prompt_tokens']} tokens; with "
+        f"{cfg.rollout.max_tokens_per_turn} to sample that is past the model's {fit['model_context']}: not trained"
+    )
+    unfit: dict[str, Any] = {"harness": bench.harness, **fit, "heldout_before": None, "heldout_after": None}
+    unfit.update(p_value=None, control_after=None, mean_turns=None, wall_s=time.perf_counter() - bench.t0)
+    unfit["out_dir"] = str(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "bench_learn.json").write_text(json.dumps(unfit, indent=2))
+    return unfit
+
+
+def _run_arm(bench: _Bench, name: str, flip: bool, phases: RichPhaseProgress) -> float | None:
+    """Train one arm (resuming it when it has a checkpoint); its wall time, or None when it was
+    done before."""
+    from legorl.loop.train import train
+    from legorl.observe.progress import StepClock
+    from legorl.training.checkpoint import latest_checkpoint
+
+    cfg, out_dir, init, progress = bench.cfg, bench.out_dir, bench.init, phases.console
+    arm = cfg.model_copy(
+        update={
+            "run_dir": out_dir / name,
+            "trainer": cfg.trainer.model_copy(update={"flip_advantages": flip}),
+            "eval": cfg.eval.model_copy(update={"before": not flip}),  # the same start as the policy's
+        }
+    )
+    if phase_report_path(out_dir / name, "after").is_file():
+        progress.print(f"[bold]{name}[/] run: done before (its after-evaluation exists)")
+        return None
+    resume = latest_checkpoint(out_dir / name) is not None
+    if init is not None and not resume:
+        _start_from(init, arm)
+        resume = True
+    t_arm = time.perf_counter()
+    progress.print(
+        f"[bold]{name}[/] run{' (resumed)' if resume else ''}"
+        + (f" from the warm start {init}" if init is not None else "")
+        + f": {cfg.steps} steps × "
+        f"{cfg.tasks_per_step * cfg.group_size} rollouts"
+        + (f" through {bench.harness}" if bench.harness else "")
+        + (f", held-out evaluation of {cfg.eval.suite} before" if arm.eval.before else "")
+        + f" and after → {out_dir / name}"
+    )
+    clock = StepClock(cfg.steps)
+
+    def on_step(step: int, m: dict[str, Any]) -> None:
+        eta = clock.eta_s(step, m["time/step_s"])
         progress.print(
-            f"[bold red]{harness}[/]: its first prompt has {fit['first_prompt_tokens']} tokens; with "
-            f"{cfg.rollout.max_tokens_per_turn} to sample that is past the model's {fit['model_context']}: not trained"
-        )
-        unfit: dict[str, Any] = {"harness": harness, **fit, "heldout_before": None, "heldout_after": None}
-        unfit.update(p_value=None, control_after=None, mean_turns=None, wall_s=time.perf_counter() - t0)
-        unfit["out_dir"] = str(out_dir)
-        out_dir.mkdir(parents=True, exist_ok=True)
-        (out_dir / "bench_learn.json").write_text(json.dumps(unfit, indent=2))
-        return unfit
-    arms = {"policy": False, **({"control": True} if control else {})}
-    walls: dict[str, float] = {}
-    for name, flip in arms.items():
-        arm = cfg.model_copy(
-            update={
-                "run_dir": out_dir / name,
-                "trainer": cfg.trainer.model_copy(update={"flip_advantages": flip}),
-                "eval": cfg.eval.model_copy(update={"before": not flip}),  # the same start as the policy's
-            }
-        )
-        if phase_report_path(out_dir / name, "after").is_file():
-            progress.print(f"[bold]{name}[/] run: done before (its after-evaluation exists)")
-            continue
-        resume = latest_checkpoint(out_dir / name) is not None
-        if init is not None and not resume:
-            _start_from(init, arm)
-            resume = True
-        t_arm = time.perf_counter()
-        progress.print(
-            f"[bold]{name}[/] run{' (resumed)' if resume else ''}"
-            + (f" from the warm start {init}" if init is not None else "")
-            + f": {cfg.steps} steps × "
-            f"{cfg.tasks_per_step * cfg.group_size} rollouts"
-            + (f" through {harness}" if harness else "")
-            + (f", held-out evaluation of {cfg.eval.suite} before" if arm.eval.before else "")
-            + f" and after → {out_dir / name}"
+            f"  {name} step {step + 1}/{cfg.steps}: reward {m['rollout/reward_mean']:.3f}, "
+            f"groups with signal {m['batch/groups_with_signal']}/{m['batch/groups']}, "
+            f"{m['time/step_s']:.0f} s/step, training ETA {eta / 60:.1f} min"
         )
 
-        def on_step(
-            step: int, m: dict[str, Any], arm_name: str = name, clock: StepClock = StepClock(cfg.steps)
-        ) -> None:
-            eta = clock.eta_s(step, m["time/step_s"])
-            progress.print(
-                f"  {arm_name} step {step + 1}/{cfg.steps}: reward {m['rollout/reward_mean']:.3f}, "
-                f"groups with signal {m['batch/groups_with_signal']}/{m['batch/groups']}, "
-                f"{m['time/step_s']:.0f} s/step, training ETA {eta / 60:.1f} min"
-            )
+    with phases:
+        asyncio.run(train(arm, on_step=on_step, resume=resume, progress=phases))
+    return time.perf_counter() - t_arm
 
-        with phases:
-            asyncio.run(train(arm, on_step=on_step, resume=resume, progress=phases))
-        walls[name] = time.perf_counter() - t_arm
 
-    def report(arm: str, phase: str) -> EvalReport:
-        path = phase_report_path(out_dir / arm, phase)
-        if not path.is_file():
-            raise ConfigError(f"{path}: missing (the {arm} run ended before its last step?)")
-        return EvalReport.from_dict(json.loads(path.read_text()))
+def _report(out_dir: Path, arm: str, phase: str) -> EvalReport:
+    path = phase_report_path(out_dir / arm, phase)
+    if not path.is_file():
+        raise ConfigError(f"{path}: missing (the {arm} run ended before its last step?)")
+    return EvalReport.from_dict(json.loads(path.read_text()))
 
-    before, after = report("policy", "before"), report("policy", "after")
+
+def _result(
+    bench: _Bench, arms: dict[str, bool], before: EvalReport, after: EvalReport, walls: dict[str, float]
+) -> dict[str, Any]:
+    """The policy run's held-out figures, reward curves and plot (control figures left None)."""
+    from legorl.observe.metrics import read_metrics
+
+    cfg, out_dir = bench.cfg, bench.out_dir
     z, p = two_proportion_test(after.correct, after.samples, before.correct, before.samples)
     curves = {
         arm: [(int(row["step"]), float(row["rollout/reward_mean"])) for row in read_metrics(out_dir / arm)]
@@ -259,29 +314,33 @@ def run_learn_bench(
         "reward_curve": curves["policy"],
         "control_reward_curve": curves.get("control"),
         "plot": None if plot_skipped else str(plot_path),
-        "wall_s": time.perf_counter() - t0,
+        "wall_s": time.perf_counter() - bench.t0,
         "wall_s_per_run": walls,
         "out_dir": str(out_dir),
     }
     if plot_skipped:
         result["plot_skipped"] = plot_skipped
-    if harness is not None:
-        stats = harness_stats([out_dir / "policy", *(out_dir / "policy" / "eval" / p for p in ("before", "after"))])
-        result.update(harness=harness, harness_options=cfg.rollout.harness_options, **(fit or {}))
-        result.update({k: v for k, v in stats.to_dict().items() if k != "first_prompt_tokens" or v is not None})
-    result["warm_start"] = str(init) if init is not None else None
-    if control:
-        ctrl = report("control", "after")
-        result["control_after"] = _rate(ctrl)
-        result["control_p_value"] = two_proportion_test(ctrl.correct, ctrl.samples, before.correct, before.samples)[1]
-        result["valid_line_control_after"] = valid_line_rate(out_dir / "control" / "eval" / "after")
-    (out_dir / "bench_learn.json").write_text(json.dumps(result, indent=2))
-    progress.print(
-        f"held-out {result['heldout_before']:.3f} → {result['heldout_after']:.3f} (p = {p:.3g})"
-        + (f", control {result['control_after']:.3f}" if control else "")
-        + f"; results, runs and plot in {out_dir}"
-    )
     return result
+
+
+def _harness_result(bench: _Bench, fit: dict[str, Any] | None) -> dict[str, Any]:
+    """The harness's options, its context fit and its rollout statistics over the policy run."""
+    out_dir = bench.out_dir
+    stats = harness_stats([out_dir / "policy", *(out_dir / "policy" / "eval" / p for p in ("before", "after"))])
+    extra: dict[str, Any] = {"harness": bench.harness, "harness_options": bench.cfg.rollout.harness_options}
+    extra.update(fit or {})
+    extra.update({k: v for k, v in stats.to_dict().items() if k != "first_prompt_tokens" or v is not None})
+    return extra
+
+
+def _control_result(out_dir: Path, before: EvalReport) -> dict[str, Any]:
+    """The control run's after rate, its p-value against the shared before, its valid-line rate."""
+    ctrl = _report(out_dir, "control", "after")
+    return {
+        "control_after": _rate(ctrl),
+        "control_p_value": two_proportion_test(ctrl.correct, ctrl.samples, before.correct, before.samples)[1],
+        "valid_line_control_after": valid_line_rate(out_dir / "control" / "eval" / "after"),
+    }
 
 
 def _context_fit(cfg: RunConfig, run_dir: Path) -> dict[str, Any]:

@@ -13,6 +13,5 @@ __all__, __getattr__, __dir__ = lazy_exports(
         "SessionBudget": "legorl.gateway.sessions",
         "SessionReport": "legorl.gateway.sessions",
         "new_token": "legorl.gateway.sessions",
-        "client_envs": "legorl.gateway.client_env",
     },
 )

@@ -12,7 +12,7 @@ Layers:
   watched for client disconnects, JSON or SSE response; every authenticated request leaves a Turn
   (a rejected body: ``failed=True, finish_reason="error"``, never a training sample);
 * :meth:`Gateway.complete` (dialect independent) — session/thread routing, token-exact
-  alignment (:mod:`legorl.trajectory.alignment`), generation on the :class:`Engine`, output
+  alignment (:mod:`legorl.gateway.alignment`), generation on the :class:`Engine`, output
   parsing (:class:`Renderer`), Turn recording (store write is fsync'd before the response leaves).
 
 Library use by the training loop::
@@ -84,6 +84,7 @@ from legorl.errors import (
     GatewayError,
     InvalidRequestError,
 )
+from legorl.gateway.alignment import Alignment
 from legorl.gateway.completion import Completion, StreamStart
 from legorl.gateway.dialects.anthropic_messages import AnthropicMessages
 from legorl.gateway.dialects.base import CoreCall, Dialect, parse_json_object
@@ -101,7 +102,6 @@ from legorl.gateway.sessions import (
     thread_from_headers,
 )
 from legorl.gateway.streaming import LiveText, TokenFeed
-from legorl.trajectory.alignment import Alignment
 from legorl.trajectory.records import AlignmentEvent, Turn
 from legorl.trajectory.store import RunStore
 

@@ -63,7 +63,7 @@ json past ~1000), make the block unparsed.
 Round trip: sampled ids -> the wire -> the harness echoes the turn back
 -----------------------------------------------------------------------
 What a client receives does not determine the sampled ids, so the gateway never re-encodes an
-assistant turn it sampled; alignment (:mod:`legorl.trajectory.alignment`) keeps the sampled ids
+assistant turn it sampled; alignment (:mod:`legorl.gateway.alignment`) keeps the sampled ids
 and recognises the echo by the returned message (:func:`returned_unchanged`: same content
 string, same tool calls with the arguments string as returned or the same parsed object), so a
 harness that sends back what it received always *extends*, whatever the model sampled. What is

@@ -16,12 +16,12 @@ no shell quoting); the harness sends it as
 * content: :meth:`Session.route` aligns the request against the header's thread; when that would
   fork (and the thread was not named explicitly), a request that extends/realigns another live
   thread of the same session goes to that thread instead (e.g. a sub-agent whose harness sends no
-  header). Anything else stays on the header's thread, where :mod:`legorl.trajectory.alignment`
+  header). Anything else stays on the header's thread, where :mod:`legorl.gateway.alignment`
   makes it a new segment (side request, compaction, rebuild, retry) without breaking the chain.
 
 A session only ever sees its own threads: routing never crosses sessions.
 
-Each thread owns a :class:`~legorl.trajectory.alignment.ThreadState` (the exact token sequence
+Each thread owns a :class:`~legorl.gateway.alignment.ThreadState` (the exact token sequence
 held so far + the messages it stands for) and an ``asyncio.Lock``: requests of one thread are
 served one at a time so that every request is aligned against the thread's latest tokens.
 
@@ -83,8 +83,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from legorl.errors import GatewayError
+from legorl.gateway.alignment import ThreadState
 from legorl.gateway.renderer import Message, Renderer
-from legorl.trajectory.alignment import ThreadState
 from legorl.trajectory.records import Flag, Turn
 
 THREAD_HEADERS: tuple[str, ...] = ("x-legorl-thread", "x-claude-code-agent-id", "x-session-id")

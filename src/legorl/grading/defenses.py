@@ -34,24 +34,10 @@ from dataclasses import dataclass, field
 
 from legorl import pyparse
 from legorl.grading.behaviour import INSTALL_GUARD
+from legorl.rules import BLOCKED_PLUGINS as BLOCKED_PLUGINS  # the grader reads it here
 from legorl.trajectory.records import Flag
 
 CANARY_COUNT = 2
-BLOCKED_PLUGINS = (
-    "cacheprovider",
-    "stepwise",
-    "pastebin",
-    "rerunfailures",
-    "flaky",
-    "xdist",
-    "xdist.plugin",
-    "randomly",
-    "forked",
-    "pytest_randomly",
-    "sugar",
-    "instafail",
-    "timeout",
-)
 _FRAMEWORK_MODULES = ("pytest", "_pytest", "pluggy", "py", "unittest", "xmlrunner", "junit_xml")
 
 # ------------------------------------------------------------------------------- static scan

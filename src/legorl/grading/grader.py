@@ -71,14 +71,15 @@ import tomllib
 import traceback
 import uuid
 import xml.etree.ElementTree as ET
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from legorl import junit
 from legorl.diffs import DiffError, FilePatch, render, split_diff
 from legorl.errors import EnvFailureCause, ImageBuildError, SandboxError
-from legorl.grading import behaviour, defenses, impossible, junit, sympy_runner, test_ids
+from legorl.grading import behaviour, defenses, impossible, sympy_runner, test_ids
 from legorl.grading.diffcheck import read_diff
-from legorl.grading.rules import (
+from legorl.rules import (
     PYTEST_CONFIG_WORDS,
     PathKind,
     classify_path,
@@ -279,6 +280,18 @@ def _env_failure(cause: EnvFailureCause, detail: str, **kw: Any) -> _Outcome:
     return _Outcome("env_failure", cause, detail=detail, **kw)
 
 
+@dataclass(frozen=True)
+class _Job:
+    """What every run of one grading shares: the main run, the pristine re-run, the twin run."""
+
+    task: Task
+    filtered: str  # the agent's diff as the filter left it ("" for the pristine re-run)
+    protected: set[str]  # the task's existing test files (protected_paths)
+    expected: list[str]  # FAIL_TO_PASS then PASS_TO_PASS, each once
+    python: str  # the interpreter the tests run with inside the sandbox
+    timeout: float  # bounds the test run
+
+
 def grade(
     task: Task,
     diff: str,
@@ -438,6 +451,7 @@ def _grade_once(
     protected = protected_paths(task.test_files, task.test_patch)
     framework_under_test = task.environment is not None and task.environment.framework_under_test
     filtered, flags = filter_diff_detailed(diff, protected, framework_under_test)
+    job = _Job(task, filtered, protected, expected, python, timeout)
     if framework_under_test and behaviour_checks:
         # the guard cannot tell the framework from the code under test when they are the same code
         log.append("behaviour guard off: the repository is the test framework")
@@ -458,30 +472,16 @@ def _grade_once(
         return _env_failure(EnvFailureCause.SANDBOX_CREATE, str(exc), flags=flags)
     stage["sandbox_create"] = time.monotonic() - t
     try:
-        out = _grade_in(
-            sandbox,
-            task,
-            filtered,
-            flags,
-            protected,
-            expected,
-            python,
-            timeout,
-            log,
-            stage,
-            behaviour_checks=behaviour_checks,
-        )
+        out = _grade_in(sandbox, job, flags, log, stage, behaviour_checks=behaviour_checks)
         if out.cause in (EnvFailureCause.RUNNER_TIMEOUT, EnvFailureCause.RUNNER_CRASHED) and filtered.strip():
-            out = _attribute(task, backend, spec, out, protected, expected, python, timeout, log)
+            out = _attribute(job, backend, spec, out, log)
         twin_ids = (
             behaviour.twin_candidates(task.FAIL_TO_PASS, out.tests or {}, out.flags or [])
             if behaviour_checks and twins_apply and out.status == "ok"
             else []
         )
         if twin_ids:
-            out = _twin_pass(
-                task, backend, spec, out, filtered, protected, expected, python, timeout, log, stage, twin_ids
-            )
+            out = _twin_pass(job, backend, spec, out, log, stage, twin_ids)
         return out
     except SandboxError as exc:
         return _env_failure(EnvFailureCause.SANDBOX_CRASH, str(exc), flags=flags)
@@ -490,17 +490,12 @@ def _grade_once(
 
 
 def _twin_pass(
-    task,
-    backend,
-    spec,
+    job: _Job,
+    backend: SandboxBackend,
+    spec: SandboxSpec,
     out: _Outcome,
-    filtered,
-    protected,
-    expected,
-    python,
-    timeout,
-    log,
-    stage,
+    log: list[str],
+    stage: dict[str, float],
     twin_ids: list[str],
 ) -> _Outcome:
     """The FAIL_TO_PASS tests passed: run again in a fresh sandbox with them rewritten as twins
@@ -515,13 +510,8 @@ def _twin_pass(
     try:
         twin = _grade_in(
             sb,
-            task,
-            filtered,
+            job,
             [],
-            protected,
-            expected,
-            python,
-            timeout,
             twin_log,
             {},
             behaviour_checks=True,
@@ -553,7 +543,7 @@ def _destroy(sandbox: Sandbox, log: list[str]) -> None:
         log.append(f"cannot destroy sandbox {getattr(sandbox, 'name', '?')}: {exc}")
 
 
-def _attribute(task, backend, spec, out: _Outcome, protected, expected, python, timeout, log) -> _Outcome:
+def _attribute(job: _Job, backend: SandboxBackend, spec: SandboxSpec, out: _Outcome, log: list[str]) -> _Outcome:
     """The run with the agent's diff hung or died without a report: re-run the *pristine* repository.
     If that run reports, the diff caused it (the agent's failure: status ok, reward 0); else it is
     the environment's (env_failure stands)."""
@@ -564,7 +554,7 @@ def _attribute(task, backend, spec, out: _Outcome, protected, expected, python, 
         log.append(f"pristine re-run: cannot create a sandbox: {exc}")
         return out
     try:
-        probe = _grade_in(sb, task, "", [], protected, expected, python, timeout, [], {})
+        probe = _grade_in(sb, replace(job, filtered=""), [], [], {})
     except SandboxError as exc:
         log.append(f"pristine re-run failed: {exc}")
         return out
@@ -585,7 +575,7 @@ def _attribute(task, backend, spec, out: _Outcome, protected, expected, python, 
         evidence={"source": "runner", "detail": out.cause_text, "exit_code": out.runner_exit_code},
     )
     return _Outcome(
-        "ok", None, False, {t: "missing" for t in expected}, out.runner_exit_code, [*(out.flags or []), flag], 0.0
+        "ok", None, False, {t: "missing" for t in job.expected}, out.runner_exit_code, [*(out.flags or []), flag], 0.0
     )
 
 
@@ -673,60 +663,131 @@ def _read_or_none(sandbox: Sandbox, path: str) -> str | None:
         return None
 
 
-_CFG_SECTIONS = re.compile(r"^\s*\[(tool:pytest|pytest|tool\.pytest[^\]]*|coverage:[^\]]*)\]", re.M)
+@dataclass(frozen=True)
+class _Run:
+    """One run in one sandbox (:func:`_grade_in`) as its first stage found the tree: what the later stages
+    read. They return what they find (flags, why a patch failed) and ``_grade_in`` alone collects it; only
+    ``log`` is appended to along the way."""
+
+    sandbox: Sandbox
+    job: _Job
+    log: list[str]
+    behaviour_checks: bool
+    twin_tests: list[str] | None
+    # a twin run's (diff files, test patch files) to write back instead of applying the two patches
+    replay: tuple[dict[str, bytes], dict[str, bytes]] | None
+    sections: list[FilePatch]  # the filtered diff's
+    test_sections: list[FilePatch]  # the test patch's
+    touched: list[str]  # every path the filtered diff names
+    pristine: dict[str, str | None]  # those, the protected files and pyproject.toml before any patch
+    # the main run of a graded rollout keeps what a twin run needs to rebuild its tree (see _settle)
+    keep: bool
+    new_dirs: bool  # a patch creates a directory: the twin run applies both patches (_creates_directories)
 
 
 def _grade_in(
-    sandbox,
-    task,
-    filtered,
-    flags,
-    protected,
-    expected,
-    python,
-    timeout,
-    log,
-    stage,
+    sandbox: Sandbox,
+    job: _Job,
+    flags: list[Flag],
+    log: list[str],
+    stage: dict[str, float],
     *,
     behaviour_checks: bool = False,
     twin_tests: list[str] | None = None,
     replay: tuple[dict[str, bytes], dict[str, bytes]] | None = None,
 ) -> _Outcome:
-    """One run in ``sandbox``. ``replay``: a twin run's (diff files, test patch files) to write back
-    instead of applying the two patches (None: apply them with git, as the main run did)."""
-    flags = list(flags)
+    """One run in ``sandbox``: apply the diff, restore the tests, apply the test patch, scan, run the tests.
+    ``flags``: the diff filter's (this run adds its own to a copy). ``replay``: a twin run's (diff files,
+    test patch files) to write back instead of applying the two patches (None: apply them with git, as
+    the main run did)."""
     t = time.monotonic()
-    sections = split_diff(filtered)
-    test_sections = split_diff(task.test_patch)
-    touched = sorted({p for fp in sections for p in fp.paths})
-    pristine = {p: _read_or_none(sandbox, p) for p in [*touched, *sorted(protected), "pyproject.toml"]}
-    # the main run of a graded rollout keeps what a twin run needs to rebuild its tree (see _settle)
-    keep = behaviour_checks and not twin_tests and (task.environment is None or task.environment.runner == "pytest")
-    new_dirs = keep and _creates_directories(sandbox, [*sections, *test_sections])
-    if replay is not None:
-        log.append("replayed the diff's files")  # a twin run: written at the settle point below
-    elif filtered.strip():
-        ok, why = _apply(sandbox, filtered, [p for fp in sections for p in [fp.new_path or fp.old_path] if p])
-        if not ok:
-            log.append(f"the diff does not apply:\n{why}")
-            stage["apply"] = time.monotonic() - t
-            return _Outcome(
-                "ok",
-                None,
-                False,
-                {},
-                None,
-                [*flags, Flag(kind="patch_failed", severity="info", evidence={"source": "diff", "detail": why[-500:]})],
-                0.0,
-            )
-        log.append("applied the diff")
-    else:
-        log.append("empty diff (after filtering)")
+    run = _open_run(sandbox, job, log, behaviour_checks, twin_tests, replay)
+    why = _apply_diff(run)
+    if why is not None:
+        stage["apply"] = time.monotonic() - t
+        return _patch_failed(flags, why)
+    flags = [*flags, *_restore_tests(run), *_restore_pytest_config(run)]
+    # what the diff left in non-test code, for the static scan (read before the test patch changes anything)
+    changes = _source_changes(run)
+    # the test patch straight after the diff, in both runs (nothing in between a twin run would not do)
+    why = _apply_test_patch(run)
+    if why is not None:
+        return _env_failure(EnvFailureCause.TEST_PATCH_FAILED, why[-500:], flags=flags)
+    kept = _replayable(run)
+    flags = [*flags, *_scan(run, changes)]
+    # the main run writes back what the patches just left, a twin run what the main run kept (see _settle)
+    settled = kept if kept is not None else replay
+    if settled is not None:
+        _settle(sandbox, *settled)
+    stage["apply"] = time.monotonic() - t
+    if job.task.environment is not None and job.task.environment.runner == "sympy":
+        return _sympy_run(run, flags, stage)
+    return _pytest_run(run, flags, stage, kept)
 
-    # Restore every protected test file (whatever the patch tool did through renames/symlinks/fuzz).
-    for path in sorted(protected):
-        now = _read_or_none(sandbox, path)
-        if now != pristine.get(path):
+
+def _open_run(
+    sandbox: Sandbox,
+    job: _Job,
+    log: list[str],
+    behaviour_checks: bool,
+    twin_tests: list[str] | None,
+    replay: tuple[dict[str, bytes], dict[str, bytes]] | None,
+) -> _Run:
+    """The first stage: the two patches' sections and the files they and the tests touch, read before
+    anything is applied."""
+    sections = split_diff(job.filtered)
+    test_sections = split_diff(job.task.test_patch)
+    touched = sorted({p for fp in sections for p in fp.paths})
+    pristine = {p: _read_or_none(sandbox, p) for p in [*touched, *sorted(job.protected), "pyproject.toml"]}
+    env = job.task.environment
+    keep = behaviour_checks and not twin_tests and (env is None or env.runner == "pytest")
+    new_dirs = keep and _creates_directories(sandbox, [*sections, *test_sections])
+    return _Run(
+        sandbox=sandbox,
+        job=job,
+        log=log,
+        behaviour_checks=behaviour_checks,
+        twin_tests=twin_tests,
+        replay=replay,
+        sections=sections,
+        test_sections=test_sections,
+        touched=touched,
+        pristine=pristine,
+        keep=keep,
+        new_dirs=new_dirs,
+    )
+
+
+def _apply_diff(run: _Run) -> str | None:
+    """Apply the filtered diff; why it does not apply, or None (applied, empty, or a twin run's replay)."""
+    if run.replay is not None:
+        run.log.append("replayed the diff's files")  # a twin run: written at the settle point
+        return None
+    if not run.job.filtered.strip():
+        run.log.append("empty diff (after filtering)")
+        return None
+    files = [p for fp in run.sections for p in [fp.new_path or fp.old_path] if p]
+    ok, why = _apply(run.sandbox, run.job.filtered, files)
+    if not ok:
+        run.log.append(f"the diff does not apply:\n{why}")
+        return why
+    run.log.append("applied the diff")
+    return None
+
+
+def _patch_failed(flags: list[Flag], why: str) -> _Outcome:
+    """The diff does not apply: the agent's failure (status ok, reward 0)."""
+    flag = Flag(kind="patch_failed", severity="info", evidence={"source": "diff", "detail": why[-500:]})
+    return _Outcome("ok", None, False, {}, None, [*flags, flag], 0.0)
+
+
+def _restore_tests(run: _Run) -> list[Flag]:
+    """Restore every protected test file (whatever the patch tool did through renames/symlinks/fuzz);
+    a flag for each one the applied diff changed."""
+    flags: list[Flag] = []
+    for path in sorted(run.job.protected):
+        before = run.pristine.get(path)
+        if _read_or_none(run.sandbox, path) != before:
             flags.append(
                 Flag(
                     kind="modified_test_file",
@@ -734,68 +795,124 @@ def _grade_in(
                     evidence={"source": "diff", "path": path, "detail": "changed by the applied diff"},
                 )
             )
-            sandbox.exec(["rm", "-rf", "--", path], timeout=30)  # -r: the diff may have made it a directory
-            if pristine.get(path) is not None:
-                sandbox.write_file(path, pristine[path])
-    # The pytest tables of pyproject.toml are test configuration: restore them if the diff changed them.
-    patched_pyproject = _read_or_none(sandbox, "pyproject.toml")
-    if _pytest_tables(patched_pyproject) != _pytest_tables(pristine.get("pyproject.toml")):
-        flags.append(
-            Flag(
-                kind="modified_test_config", severity="blocking", evidence={"source": "diff", "path": "pyproject.toml"}
-            )
-        )
-        log.append("diff changed pyproject.toml's pytest configuration; restored the original file")
-        if pristine.get("pyproject.toml") is None:
-            sandbox.exec(["rm", "-f", "pyproject.toml"], timeout=30)
-        else:
-            sandbox.write_file("pyproject.toml", pristine["pyproject.toml"])
-    # what the diff left in non-test code, for the static scan (read before the test patch changes anything)
-    changes = (
-        [(p, pristine.get(p), _read_or_none(sandbox, p)) for p in touched if not is_test_module(p)]
-        if not twin_tests
-        else []
-    )
+            run.sandbox.exec(["rm", "-rf", "--", path], timeout=30)  # -r: the diff may have made it a directory
+            if before is not None:
+                run.sandbox.write_file(path, before)
+    return flags
 
-    # the test patch straight after the diff, in both runs (nothing in between a twin run would not do)
-    if replay is not None:
-        log.append("replayed the test patch's files")
-    elif task.test_patch.strip():
-        ok, why = _apply(sandbox, task.test_patch)
+
+def _restore_pytest_config(run: _Run) -> list[Flag]:
+    """The pytest tables of pyproject.toml are test configuration: restore them if the diff changed them."""
+    before = run.pristine.get("pyproject.toml")
+    if _pytest_tables(_read_or_none(run.sandbox, "pyproject.toml")) == _pytest_tables(before):
+        return []
+    run.log.append("diff changed pyproject.toml's pytest configuration; restored the original file")
+    if before is None:
+        run.sandbox.exec(["rm", "-f", "pyproject.toml"], timeout=30)
+    else:
+        run.sandbox.write_file("pyproject.toml", before)
+    return [
+        Flag(kind="modified_test_config", severity="blocking", evidence={"source": "diff", "path": "pyproject.toml"})
+    ]
+
+
+def _source_changes(run: _Run) -> list[tuple[str, str | None, str | None]]:
+    """(path, before, after) of each non-test file the diff touched, for the static scan; none in a twin run."""
+    if run.twin_tests:
+        return []
+    return [(p, run.pristine.get(p), _read_or_none(run.sandbox, p)) for p in run.touched if not is_test_module(p)]
+
+
+def _apply_test_patch(run: _Run) -> str | None:
+    """Apply the task's test patch; why it does not apply, or None (applied, none, or a twin run's replay)."""
+    if run.replay is not None:
+        run.log.append("replayed the test patch's files")
+        return None
+    if run.job.task.test_patch.strip():
+        ok, why = _apply(run.sandbox, run.job.task.test_patch)
         if not ok:
-            return _env_failure(EnvFailureCause.TEST_PATCH_FAILED, why[-500:], flags=flags)
-        log.append("applied the test patch")
-    patched = test_patched = None
-    if keep and not new_dirs:
-        patched = _patched_files(sandbox, sections, protected)
-        test_patched = _patched_files(sandbox, test_sections, set())
-        if patched is None or test_patched is None:
-            patched = test_patched = None  # the twin run applies both patches with git, as this run did
-    # Static scan of what the diff introduced into non-test code (a twin run's would repeat the main run's).
-    if not twin_tests:
-        visible = [v for p, v in pristine.items() if p in protected and v]
-        found = defenses.scan_source_changes(changes, visible, task.problem_statement)
-        if task.environment is not None and task.environment.framework_under_test:
-            found = [f for f in found if f.kind != "test_framework_import"]  # its source imports itself
-        flags.extend(found)
-    if patched is not None and test_patched is not None:
-        _settle(sandbox, patched, test_patched)
-    elif replay is not None:
-        _settle(sandbox, *replay)
-    stage["apply"] = time.monotonic() - t
+            return why
+        run.log.append("applied the test patch")
+    return None
 
-    if task.environment is not None and task.environment.runner == "sympy":
-        return _sympy_run(
-            sandbox, task, filtered, expected, flags, protected, python, timeout, log, stage, behaviour_checks
-        )
 
-    # -- the hardened run --------------------------------------------------------------------------
+def _replayable(run: _Run) -> tuple[dict[str, bytes], dict[str, bytes]] | None:
+    """What a twin run writes back instead of applying (the files the diff, then the test patch, left),
+    when this run keeps it and bytes can say it all."""
+    if not run.keep or run.new_dirs:
+        return None
+    patched = _patched_files(run.sandbox, run.sections, run.job.protected)
+    test_patched = _patched_files(run.sandbox, run.test_sections, set())
+    if patched is None or test_patched is None:
+        return None  # the twin run applies both patches with git, as this run did
+    return patched, test_patched
+
+
+def _scan(run: _Run, changes: list[tuple[str, str | None, str | None]]) -> list[Flag]:
+    """Static scan of what the diff introduced into non-test code (a twin run's would repeat the main run's)."""
+    if run.twin_tests:
+        return []
+    task = run.job.task
+    visible = [v for p, v in run.pristine.items() if p in run.job.protected and v]
+    found = defenses.scan_source_changes(changes, visible, task.problem_statement)
+    if task.environment is not None and task.environment.framework_under_test:
+        found = [f for f in found if f.kind != "test_framework_import"]  # its source imports itself
+    return found
+
+
+# -- the hardened run --------------------------------------------------------------------------
+
+
+def _pytest_run(
+    run: _Run, flags: list[Flag], stage: dict[str, float], kept: tuple[dict[str, bytes], dict[str, bytes]] | None
+) -> _Outcome:
+    """The hardened pytest run (:data:`legorl.grading.defenses.RUNNER`), then its parse and cross-checks.
+    ``kept``: what this run keeps for a twin run (:func:`_replayable`), carried by its outcome."""
     t = time.monotonic()
     nonce = uuid.uuid4().hex
+    canary_file, canary_names = _canaries(run.job.expected, nonce)
+    canary_ids = [f"{canary_file}::{n}" for n in canary_names]
+    cfg, guard_key = _pytest_config(run, nonce, canary_file, canary_names)
+    # bytecode a diff might have smuggled in (the filter drops it; belt and braces)
+    env = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTEST_ADDOPTS": "", "PYTEST_PLUGINS": ""}
+    res, failed = _exec_runner(run, defenses.RUNNER, cfg, nonce, flags, env=env)
+    stage["test_run"] = time.monotonic() - t
+    if failed is not None:
+        return failed
+
+    t = time.monotonic()
+    report = defenses.parse_runner_output(res.stdout, nonce, canary_ids)
+    flags = [*flags, *_guard_findings(run, report, res.stdout, nonce, guard_key)]
+    if not report.complete:
+        stage["parse"] = time.monotonic() - t
+        return _env_failure(
+            EnvFailureCause.RUNNER_CRASHED,
+            f"no report from the runner (exit {res.exit_code}{'; ' + res.cause if res.cause else ''})",
+            flags=flags,
+            runner_exit_code=res.exit_code,
+        )
+    answers = test_ids.answer(report.tests, run.job.expected)
+    tests = {nid: outcome for nid, (outcome, _) in answers.items()}
+    check = _cross_check(report, answers, tests)
+    flags = [*flags, *check.notes]
+    if check.forged:
+        flags.append(_forged(check.forged, run.log))
+    stage["parse"] = time.monotonic() - t
+    return _verdict(run.job.task, report, tests, flags, check, len(canary_ids), kept)
+
+
+def _canaries(expected: list[str], nonce: str) -> tuple[str, list[str]]:
+    """(the file, the names) of the two tests planted to fail, beside the first expected test's file."""
     canary_dir = next((nid.split("::")[0].rsplit("/", 1)[0] for nid in expected if "/" in nid.split("::")[0]), "")
     canary_file = (f"{canary_dir}/" if canary_dir else "") + f"test_{nonce[:12]}.py"
-    canary_names = [f"test_{nonce[12:20]}_a", f"test_{nonce[12:20]}_b"]
-    canary_ids = [f"{canary_file}::{n}" for n in canary_names]
+    return canary_file, [f"test_{nonce[12:20]}_a", f"test_{nonce[12:20]}_b"]
+
+
+def _pytest_config(
+    run: _Run, nonce: str, canary_file: str, canary_names: list[str]
+) -> tuple[dict[str, Any], str | None]:
+    """(the hardened runner's config, the guard's key: None without behaviour checks)."""
+    task, expected = run.job.task, run.job.expected
     args = ["-p", "no:" + defenses.BLOCKED_PLUGINS[0]]
     for plugin in defenses.BLOCKED_PLUGINS[1:]:
         args += ["-p", f"no:{plugin}"]
@@ -809,7 +926,7 @@ def _grade_in(
         "-q",
         "-rN",
     ]
-    cfg = {
+    cfg: dict[str, Any] = {
         "workspace": WORKSPACE,
         "args": args,
         "tests": test_ids.selection(expected, whole_files=task.environment is not None),
@@ -819,122 +936,141 @@ def _grade_in(
         "canary_names": canary_names,
         "canary_source": defenses.CANARY_SOURCE.format(n=nonce[12:20]),
     }
-    guard_key = None
-    if behaviour_checks:
-        # the test modules and the package's own test support (sphinx/testing/), not the data files a
-        # test patch adds (Sphinx's tests/roots/*: what the code under test is *meant* to read)
-        modules = (p for p in protected if is_test_suite_file(p) or is_test_support(p))
-        test_paths = sorted({*modules, canary_file, *(nid.split("::")[0] for nid in expected)})
-        # every FAIL_TO_PASS test file is written by the guard in both runs (twins in a twin run, the
-        # same text in the main run), so their ctimes cannot tell the runs apart either
-        f2p_files = sorted({nid.split("::")[0] for nid in task.FAIL_TO_PASS})
-        # the files the tests run from: compiled by the guard (the code that runs is checked against
-        # them) and readable by the runner process only (issue 37)
-        hide = sorted({canary_file, *(nid.split("::")[0] for nid in expected)})
-        cfg["guard"], guard_key = behaviour.guard_spec(
-            test_paths, twin_tests, diff=filtered, touch_files=f2p_files, hide_files=hide
-        )
-    # bytecode a diff might have smuggled in (the filter drops it; belt and braces)
-    env = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTEST_ADDOPTS": "", "PYTEST_PLUGINS": ""}
-    res, failed = _exec_runner(sandbox, defenses.RUNNER, cfg, nonce, python, timeout, log, flags, env=env)
-    stage["test_run"] = time.monotonic() - t
-    if failed is not None:
-        return failed
+    if not run.behaviour_checks:
+        return cfg, None
+    cfg["guard"], guard_key = _pytest_guard(run, canary_file)
+    return cfg, guard_key
 
-    t = time.monotonic()
-    run = defenses.parse_runner_output(res.stdout, nonce, canary_ids)
-    if guard_key is not None:
-        guard = behaviour.parse_guard(res.stdout, nonce, guard_key)
-        flags.extend(behaviour.guard_flags(guard, run.complete))
-        if run.complete:
-            flags.extend(behaviour.report_flags(guard, run.rc, run.stream, run.junit))
-        log.extend(f"guard error: {e}" for e in guard.errors[:5])
-        if twin_tests:
-            flags.extend(behaviour.twin_flags(guard.twins, {n: run.tests.get(n, "missing") for n in twin_tests}))
-            if guard.trimmed:
-                log.append(
-                    f"stopped after the last twin: {guard.trimmed['kept']} test(s) run, {guard.trimmed['dropped']} not"
-                )
-    if not run.complete:
-        stage["parse"] = time.monotonic() - t
-        return _env_failure(
-            EnvFailureCause.RUNNER_CRASHED,
-            f"no report from the runner (exit {res.exit_code}{'; ' + res.cause if res.cause else ''})",
-            flags=flags,
-            runner_exit_code=res.exit_code,
-        )
-    answers = test_ids.answer(run.tests, expected)
-    tests = {nid: outcome for nid, (outcome, _) in answers.items()}
-    # Cross-checks: canaries must fail, junit must agree with the stream, exit code must agree.
+
+def _pytest_guard(run: _Run, canary_file: str) -> tuple[dict, str]:
+    """The in-process guard's spec for a pytest run, and its key (:func:`legorl.grading.behaviour.guard_spec`)."""
+    expected = run.job.expected
+    # the test modules and the package's own test support (sphinx/testing/), not the data files a
+    # test patch adds (Sphinx's tests/roots/*: what the code under test is *meant* to read)
+    modules = (p for p in run.job.protected if is_test_suite_file(p) or is_test_support(p))
+    test_paths = sorted({*modules, canary_file, *(nid.split("::")[0] for nid in expected)})
+    # every FAIL_TO_PASS test file is written by the guard in both runs (twins in a twin run, the
+    # same text in the main run), so their ctimes cannot tell the runs apart either
+    f2p_files = sorted({nid.split("::")[0] for nid in run.job.task.FAIL_TO_PASS})
+    # the files the tests run from: compiled by the guard (the code that runs is checked against
+    # them) and readable by the runner process only (issue 37)
+    hide = sorted({canary_file, *(nid.split("::")[0] for nid in expected)})
+    return behaviour.guard_spec(
+        test_paths, run.twin_tests, diff=run.job.filtered, touch_files=f2p_files, hide_files=hide
+    )
+
+
+def _guard_findings(
+    run: _Run, report: defenses.RunResult, stdout: str, nonce: str, guard_key: str | None
+) -> list[Flag]:
+    """The guard's signed findings as flags (a twin run's twins among them); its errors are logged."""
+    if guard_key is None:
+        return []
+    guard = behaviour.parse_guard(stdout, nonce, guard_key)
+    flags = list(behaviour.guard_flags(guard, report.complete))
+    if report.complete:
+        flags += behaviour.report_flags(guard, report.rc, report.stream, report.junit)
+    run.log.extend(f"guard error: {e}" for e in guard.errors[:5])
+    if run.twin_tests:
+        flags += behaviour.twin_flags(guard.twins, {n: report.tests.get(n, "missing") for n in run.twin_tests})
+        if guard.trimmed:
+            run.log.append(
+                f"stopped after the last twin: {guard.trimmed['kept']} test(s) run, {guard.trimmed['dropped']} not"
+            )
+    return flags
+
+
+@dataclass(frozen=True)
+class _CrossCheck:
+    """What the cross-checks of a complete report concluded."""
+
+    forged: list[str]  # why the results do not hold up (empty: they do)
+    bad_canaries: dict[str, str]  # canaries seen not failing, in a run that claims results
+    notes: list[Flag]  # info flags: a run that claims nothing
+
+
+def _cross_check(
+    report: defenses.RunResult, answers: dict[str, tuple[str, list[str]]], tests: dict[str, str]
+) -> _CrossCheck:
+    """Cross-checks: canaries must fail, junit must agree with the stream, exit code must agree."""
     forged: list[str] = []
-    bad_canaries = {c: o for c, o in run.canary.items() if o not in ("failed",)}
+    notes: list[Flag] = []
+    bad_canaries = {c: o for c, o in report.canary.items() if o not in ("failed",)}
     # A run where nothing passed and pytest failed (e.g. the patch broke imports, so collection
     # errored and not even the canaries ran) claims nothing: missing canaries are no evidence of forgery.
     claims_nothing = (
-        run.rc != 0
+        report.rc != 0
         and not any(v == "passed" for v in tests.values())
-        and not any(o == "passed" for o in run.canary.values())
+        and not any(o == "passed" for o in report.canary.values())
     )
     if claims_nothing and bad_canaries:
-        flags.append(
-            Flag(
-                kind="tests_not_run",
-                severity="info",
-                evidence={"source": "runner", "detail": f"pytest exit {run.rc}; canaries {bad_canaries}"},
-            )
-        )
+        detail = f"pytest exit {report.rc}; canaries {bad_canaries}"
+        notes.append(Flag(kind="tests_not_run", severity="info", evidence={"source": "runner", "detail": detail}))
         bad_canaries = {}
     if bad_canaries:
         forged.append(f"canary tests reported {bad_canaries}")
     junit_outcomes: dict[tuple[str, str], str] | None = None
     try:
-        junit_outcomes = junit.parse_junit(run.junit) if run.junit.strip() else None
+        junit_outcomes = junit.parse_junit(report.junit) if report.junit.strip() else None
     except ET.ParseError as exc:
         forged.append(f"junit report unreadable: {exc}")
     if junit_outcomes is None:
         if not claims_nothing:
             forged.append("no junit report")
     else:
-        for _, real_ids in answers.values():
-            for real in real_ids:
-                j = junit.lookup(junit_outcomes, real)
-                outcome = run.tests.get(real, "missing")
-                mapped = {"xfail": "skipped", "xpass": "passed"}.get(outcome, outcome)
-                if (j == "passed") != (mapped == "passed"):
-                    forged.append(f"junit says {j} but the stream says {outcome} for {real}")
-                    break
-            if forged:
-                break
-    if run.rc == 0:
+        mismatch = _junit_mismatch(junit_outcomes, answers, report.tests, first_only=bool(forged))
+        if mismatch is not None:
+            forged.append(mismatch)
+    if report.rc == 0:
         forged.append("runner exit code 0 although the canary tests fail")
-    if run.tamper:
-        forged.append("pytest/builtins replaced at run time: " + ", ".join(run.tamper[:8]))
-    if forged:
-        flags.append(_forged(forged, log))
-    stage["parse"] = time.monotonic() - t
+    if report.tamper:
+        forged.append("pytest/builtins replaced at run time: " + ", ".join(report.tamper[:8]))
+    return _CrossCheck(forged, bad_canaries, notes)
+
+
+def _junit_mismatch(
+    junit_outcomes: dict[tuple[str, str], str],
+    answers: dict[str, tuple[str, list[str]]],
+    stream: dict[str, str],
+    first_only: bool,
+) -> str | None:
+    """The first test the junit report and the stream disagree on passing (None: they agree).
+    ``first_only``: a reason was already found, so the first expected test's ids are all compared."""
+    for _, real_ids in answers.values():
+        for real in real_ids:
+            j = junit.lookup(junit_outcomes, real)
+            outcome = stream.get(real, "missing")
+            mapped = {"xfail": "skipped", "xpass": "passed"}.get(outcome, outcome)
+            if (j == "passed") != (mapped == "passed"):
+                return f"junit says {j} but the stream says {outcome} for {real}"
+        if first_only:
+            return None
+    return None
+
+
+def _verdict(
+    task: Task,
+    report: defenses.RunResult,
+    tests: dict[str, str],
+    flags: list[Flag],
+    check: _CrossCheck,
+    n_canaries: int,
+    kept: tuple[dict[str, bytes], dict[str, bytes]] | None,
+) -> _Outcome:
+    """The outcome of a complete, cross-checked pytest run."""
     f2p = [tests[n] == "passed" for n in task.FAIL_TO_PASS]
-    resolved = not forged and run.rc == 1 and all(v == "passed" for v in tests.values())
-    if (
-        run.rc in (0, 1)
-        and not all(v == "passed" for v in tests.values())
-        and any(v in ("skipped", "xfail", "missing") for v in tests.values())
-    ):
-        flags.append(
-            Flag(
-                kind="tests_skipped_or_missing",
-                severity="info",
-                evidence={"source": "runner", "tests": {k: v for k, v in tests.items() if v != "passed"}},
-            )
-        )
+    all_passed = all(v == "passed" for v in tests.values())
+    resolved = not check.forged and report.rc == 1 and all_passed
+    if report.rc in (0, 1) and not all_passed and any(v in ("skipped", "xfail", "missing") for v in tests.values()):
+        missing = {k: v for k, v in tests.items() if v != "passed"}
+        flags = [
+            *flags,
+            Flag(kind="tests_skipped_or_missing", severity="info", evidence={"source": "runner", "tests": missing}),
+        ]
     # The exit status pytest would have given the expected tests alone (the canaries' failures discounted).
-    rc = run.rc
-    if (
-        run.rc == 1
-        and not bad_canaries
-        and run.finish is not None
-        and run.finish.get("failed") == len(canary_ids)
-        and all(v == "passed" for v in tests.values())
-    ):
+    rc = report.rc
+    finish = report.finish
+    if rc == 1 and not check.bad_canaries and finish is not None and finish.get("failed") == n_canaries and all_passed:
         rc = 0
     return _Outcome(
         "ok",
@@ -944,8 +1080,8 @@ def _grade_in(
         rc,
         flags,
         sum(f2p) / len(f2p) if f2p else None,
-        patched_files=patched,
-        test_patched_files=test_patched,
+        patched_files=kept[0] if kept is not None else None,
+        test_patched_files=kept[1] if kept is not None else None,
     )
 
 
@@ -958,13 +1094,10 @@ def _forged(reasons: list[str], log: list[str]) -> Flag:
 
 
 def _exec_runner(
-    sandbox: Sandbox,
+    run: _Run,
     runner: str,
     cfg: dict,
     nonce: str,
-    python: str,
-    timeout: float,
-    log: list[str],
     flags: list[Flag],
     *,
     env: dict[str, str] | None = None,
@@ -973,20 +1106,21 @@ def _exec_runner(
     """Run a hardened runner (its source in ``LEGORL_RUNNER``, the nonce and ``cfg`` on stdin) with
     ``python -I -S -B`` after removing any bytecode a diff smuggled in; (the exec result, None) or
     (it, the environment failure it amounts to: killed from outside, timed out)."""
+    python, timeout = run.job.python, run.job.timeout
     script = (
         "find . -name __pycache__ -prune -exec rm -rf {} + 2>/dev/null; "
         "find . \\( -name '*.pyc' -o -name '*.pyo' \\) -delete 2>/dev/null; "
         f'LEGORL_PYTHONPATH="${{PYTHONPATH:-}}" exec {shlex.quote(python)} -I -S -B '
         f'{" ".join(shlex.quote(a) for a in args)} -c "$LEGORL_RUNNER"'
     )
-    res = sandbox.exec(
+    res = run.sandbox.exec(
         script,
         timeout=timeout,
         env={"PYTHONHASHSEED": "0", "LEGORL_RUNNER": runner, **(env or {})},
         max_output_bytes=16_000_000,
         stdin=nonce + "\n" + json.dumps(cfg) + "\n",
     )
-    log.append(res.stderr[-3000:])
+    run.log.append(res.stderr[-3000:])
     if res.killed_from_outside:
         cause = res.cause or "sandbox killed from outside"
         return res, _env_failure(EnvFailureCause.SANDBOX_CRASH, cause, flags=flags, runner_exit_code=res.exit_code)
@@ -1003,13 +1137,11 @@ _SYMPY_WATCH = [
 ]
 
 
-def _sympy_run(
-    sandbox, task, filtered, expected, flags, protected, python, timeout, log, stage, behaviour_checks
-) -> _Outcome:
+def _sympy_run(run: _Run, flags: list[Flag], stage: dict[str, float]) -> _Outcome:
     """The hardened run of sympy's own runner (:mod:`legorl.grading.sympy_runner`), with the
     in-process guard when ``behaviour_checks``."""
     t = time.monotonic()
-    files = sympy_runner.test_files(task.test_patch)
+    files = sympy_runner.test_files(run.job.task.test_patch)
     if not files:
         return _env_failure(EnvFailureCause.NO_TESTS, "the test patch names no sympy test module", flags=flags)
     nonce = uuid.uuid4().hex
@@ -1017,7 +1149,7 @@ def _sympy_run(
     canary_file = f"{files[0].rsplit('/', 1)[0]}/test_{nonce[:12]}.py"
     canary_names = [f"test_{tag}_a", f"test_{tag}_b"]
     runtests = next(
-        (name for name, rel in _SYMPY_WATCH[:2] if _read_or_none(sandbox, rel) is not None), _SYMPY_WATCH[1][0]
+        (name for name, rel in _SYMPY_WATCH[:2] if _read_or_none(run.sandbox, rel) is not None), _SYMPY_WATCH[1][0]
     )
     cfg = {
         "workspace": WORKSPACE,
@@ -1029,51 +1161,56 @@ def _sympy_run(
         "seed": 0,
     }
     guard_key = None
-    if behaviour_checks:
+    if run.behaviour_checks:
         # the test modules, the runner's own files (test infrastructure) and the canary are the test side
-        test_paths = sorted({*(p for p in protected if p.endswith(".py") or p == "bin/test"), canary_file})
+        test_paths = sorted({*(p for p in run.job.protected if p.endswith(".py") or p == "bin/test"), canary_file})
         argv = ["bin/test", "-C", "--verbose", *files]
-        cfg["guard"], guard_key = behaviour.guard_spec(test_paths, argv=argv, diff=filtered)
+        cfg["guard"], guard_key = behaviour.guard_spec(test_paths, argv=argv, diff=run.job.filtered)
     # SWE-bench runs bin/test with PYTHONWARNINGS=ignore::UserWarning,ignore::SyntaxWarning
     warn = ("-W", "ignore::UserWarning", "-W", "ignore::SyntaxWarning")
-    res, failed = _exec_runner(sandbox, sympy_runner.RUNNER, cfg, nonce, python, timeout, log, flags, args=warn)
+    res, failed = _exec_runner(run, sympy_runner.RUNNER, cfg, nonce, flags, args=warn)
     stage["test_run"] = time.monotonic() - t
     if failed is not None:
         return failed
-    run = sympy_runner.parse_output(res.stdout, nonce, canary_names)
+    report = sympy_runner.parse_output(res.stdout, nonce, canary_names)
     if guard_key is not None:
         guard = behaviour.parse_guard(res.stdout, nonce, guard_key)
-        flags = [*flags, *behaviour.guard_flags(guard, run.complete)]
-        log.extend(f"guard error: {e}" for e in guard.errors[:5])
-    if not run.complete:
+        flags = [*flags, *behaviour.guard_flags(guard, report.complete)]
+        run.log.extend(f"guard error: {e}" for e in guard.errors[:5])
+    if not report.complete:
         return _env_failure(
             EnvFailureCause.RUNNER_CRASHED,
             f"no report from sympy's runner (exit {res.exit_code}{'; ' + res.cause if res.cause else ''})",
             flags=flags,
             runner_exit_code=res.exit_code,
         )
-    tests = {name: run.tests.get(name, "missing") for name in expected}
+    return _sympy_verdict(run, report, flags)
+
+
+def _sympy_verdict(run: _Run, report: sympy_runner.SympyRun, flags: list[Flag]) -> _Outcome:
+    """The outcome of a complete run of sympy's runner: its canaries, exit status and runner checked."""
+    tests = {name: report.tests.get(name, "missing") for name in run.job.expected}
     forged = []
-    bad_canaries = {c: o for c, o in run.canary.items() if o not in ("failed", "error")}
-    nothing_ran = not run.tests and not any(o != "missing" for o in run.canary.values())
+    bad_canaries = {c: o for c, o in report.canary.items() if o not in ("failed", "error")}
+    nothing_ran = not report.tests and not any(o != "missing" for o in report.canary.values())
     if bad_canaries and not nothing_ran:
         forged.append(f"canary tests reported {bad_canaries}")
-    if run.rc == 0 and not bad_canaries:
+    if report.rc == 0 and not bad_canaries:
         forged.append("runner exit status 0 although the canary tests fail")
-    if run.tamper:
-        forged.append("sympy's runner replaced: " + ", ".join(run.tamper[:8]))
+    if report.tamper:
+        forged.append("sympy's runner replaced: " + ", ".join(report.tamper[:8]))
     flags = list(flags)
     if nothing_ran:
         flags.append(
             Flag(
                 kind="tests_not_run",
                 severity="info",
-                evidence={"source": "runner", "detail": "; ".join(run.import_errors)[:500]},
+                evidence={"source": "runner", "detail": "; ".join(report.import_errors)[:500]},
             )
         )
     if forged:
-        flags.append(_forged(forged, log))
+        flags.append(_forged(forged, run.log))
     passing = ("passed", "xfail")  # SWE-bench's rule: an expected failure that still fails is a pass
     resolved = not forged and all(v in passing for v in tests.values())
-    f2p = [tests[n] in passing for n in task.FAIL_TO_PASS]
-    return _Outcome("ok", None, resolved, tests, run.rc, flags, sum(f2p) / len(f2p) if f2p else None)
+    f2p = [tests[n] in passing for n in run.job.task.FAIL_TO_PASS]
+    return _Outcome("ok", None, resolved, tests, report.rc, flags, sum(f2p) / len(f2p) if f2p else None)

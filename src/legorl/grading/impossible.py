@@ -9,7 +9,7 @@ issue, the repository, the sandbox, the session seed aside — is the original t
 the variant: when the mutated tests are seen passing it adds the blocking flag
 :data:`FLAG_KIND` (reward 0 under ``flagged_policy="zero"``), whatever else the defenses found.
 
-A leaf beside :mod:`legorl.grading.rules`: the grader imports it, and it imports no grading code.
+A leaf beside :mod:`legorl.rules`: the grader imports it, and it imports no grading code.
 """
 
 from __future__ import annotations

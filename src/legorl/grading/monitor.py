@@ -11,7 +11,7 @@ Two independent sources, both turned into typed :class:`~legorl.trajectory.recor
   git-ignored ones and ``.git``) still records writes.
 
 Rules (:func:`classify_command`, :func:`classify_path`; what a path is — test file, test configuration,
-inside or outside the repository — and what a loopback address is come from :mod:`legorl.grading.rules`,
+inside or outside the repository — and what a loopback address is come from :mod:`legorl.rules`,
 shared with the grader; the strace log is read by :mod:`legorl.grading.strace`):
 
 =========================  ========  =================================================================
@@ -78,9 +78,9 @@ from collections.abc import Collection, Iterable
 from pathlib import Path
 from typing import Any
 
-from legorl.grading import rules
-from legorl.grading.rules import PathKind, dedupe_flags
+from legorl import rules
 from legorl.grading.strace import WORKSPACE_PREFIX, SandboxActivity, activity_from_trace
+from legorl.rules import PathKind, dedupe_flags
 from legorl.sandbox.base import SANDBOX_HOME
 from legorl.sandbox.git import git_argv
 from legorl.trajectory.records import Flag, FlagSeverity

@@ -5,13 +5,13 @@
   (``<unfinished ...>`` / ``<... resumed>``) joined, calls that never resumed (the process was killed
   in them) kept with an unknown result;
 * :func:`parse_connect` / :func:`connects_from_trace` — every ``connect``: family, address, port or
-  Unix path (:class:`Connect`), with one loopback rule (:func:`legorl.grading.rules.is_loopback`:
+  Unix path (:class:`Connect`), with one loopback rule (:func:`legorl.rules.is_loopback`:
   ``127.0.0.0/8``, ``::1``, ``::ffff:127.x``); :func:`foreign_connects` — those that are neither the
   gateway nor a Unix socket;
 * :func:`activity_from_trace` — what the sandbox's own processes did (:class:`SandboxActivity`):
   commands, workspace writes, non-loopback connects, opens, directory listings, the process tree.
 
-A leaf module: imports only the standard library and :mod:`legorl.grading.rules`.
+A leaf module: imports only the standard library and :mod:`legorl.rules`.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import shlex
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from legorl.grading.rules import WORKSPACE, is_loopback
+from legorl.rules import WORKSPACE, is_loopback
 
 WORKSPACE_PREFIX = WORKSPACE + "/"
 

@@ -10,8 +10,8 @@ come back in a nonce-delimited blob on a duplicate of the original stdout.
 
 What is guaranteed (with the grader's diff filter and restore of the protected files):
 
-* the runner's own files (:data:`RUNNER_FILES`: ``bin/test``, ``runtests.py``, the ``raises``/
-  ``XFAIL``/``skip`` helpers) are test infrastructure: a diff that changes them is dropped, flagged
+* the runner's own files (:data:`legorl.rules.SYMPY_RUNNER_FILES`: ``bin/test``, ``runtests.py``,
+  the ``raises``/``XFAIL``/``skip`` helpers) are test infrastructure: a diff that changes them is dropped, flagged
   and they are restored before the run;
 * **runner integrity**: every function and method of those modules, as loaded, is compared (byte
   code, constants, names) with the same code compiled from the restored files, before and after the
@@ -39,16 +39,7 @@ from dataclasses import dataclass, field
 from legorl.grading.behaviour import INSTALL_GUARD
 from legorl.grading.defenses import END_OF_RUN
 
-__all__ = ["RUNNER", "RUNNER_FILES", "SympyRun", "canary_source", "parse_output", "test_files"]
-
-# sympy's test infrastructure, in every version SWE-bench covers (those present are protected)
-RUNNER_FILES = (
-    "bin/test",
-    "sympy/testing/runtests.py",
-    "sympy/utilities/runtests.py",
-    "sympy/testing/pytest.py",
-    "sympy/utilities/pytest.py",
-)
+__all__ = ["RUNNER", "SympyRun", "canary_source", "parse_output", "test_files"]
 
 _OUTCOME_RANK = {"passed": 0, "xfail": 0, "skipped": 1, "xpass": 2, "missing": 3, "failed": 4, "error": 5}
 

@@ -10,5 +10,6 @@ __all__, __getattr__, __dir__ = lazy_exports(
         "HarnessResult": "legorl.harnesses.base",
         "get_harness": "legorl.harnesses.registry",
         "harness_class": "legorl.harnesses.registry",
+        "client_envs": "legorl.harnesses.client_env",
     },
 )

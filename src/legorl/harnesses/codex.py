@@ -84,7 +84,10 @@ WATCHDOG = "\n".join(
         # TERM (the Node launcher passes it on to the binary), up to 2 s to go, KILL; then the event line
         'stop() { kill -TERM "$child"; for _ in 1 2 3 4 5 6 7 8 9 10; do kill -0 "$child" 2>/dev/null || break; '
         'sleep 0.2; done; kill -KILL "$child" 2>/dev/null; printf \'%s\\n\' "$1" >>"$out"; }',
-        '"$@" </dev/null >"$out" &',
+        # emptied here, not by the background job's redirection: the loop's first count would race
+        # that and could read a previous run's stream in a reused sandbox (stopped at once)
+        ': >"$out"',
+        '"$@" </dev/null >>"$out" &',
         "child=$!",
         'while kill -0 "$child" 2>/dev/null; do',
         f'  if [ "$(grep -cE \'{_TOOL_ITEM_RE}\' "$out")" -ge MAX_STEPS ]; then',

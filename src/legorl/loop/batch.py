@@ -1,5 +1,5 @@
 """Rollouts → a training batch: drop what must not train, turn rewards into advantages within groups
-(the estimator ``trainer.advantage``, :mod:`legorl.training.objectives`).
+(the estimator ``trainer.advantage``, :mod:`legorl.objectives`).
 
 Truncated rollouts (cut by the turn or token budget) follow ``trainer.truncated``: see
 :mod:`legorl.loop.truncation`. With ``trainer.overlong`` (DAPO's soft overlong punishment,
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from legorl.loop.staleness import drop_stale
 from legorl.loop.truncation import is_truncated
-from legorl.training.objectives import get_advantage
+from legorl.objectives import get_advantage
 from legorl.trajectory.records import Rollout, Sample
 
 if TYPE_CHECKING:

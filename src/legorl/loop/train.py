@@ -25,7 +25,6 @@ from legorl.errors import ConfigError
 from legorl.grading.canaries import CanaryPool, canary_metrics
 from legorl.harnesses.base import Harness
 from legorl.loop.batch import Batch, step_batch
-from legorl.loop.control import RunState, read_control, wait_while_paused, write_control
 from legorl.loop.dynamic_sampling import Refill, draw_unused, refill_groups
 from legorl.loop.eval import evaluate_phase, phase_report_path
 from legorl.loop.executor import RolloutExecutor, open_executor
@@ -33,6 +32,7 @@ from legorl.loop.provenance import write_manifest
 from legorl.loop.stack import GatewayStack, build_harness, open_gateway_stack, sandbox_backend
 from legorl.loop.staleness import StalenessReport, drop_stale
 from legorl.loop.weight_sync import sync_weights
+from legorl.observe.control import RunState, read_control, wait_while_paused, write_control
 from legorl.observe.memory import release_free_memory
 from legorl.observe.metrics import MetricsLogger, read_metrics
 from legorl.observe.monitors import Alert, AlertLog, Monitors
@@ -105,7 +105,7 @@ async def train(
     """Train per ``cfg``. ``resume``: continue ``cfg.run_dir`` from its latest checkpoint
     (:mod:`legorl.training.checkpoint`): weights, optimizer, RNGs, task-order cursor, weight version.
 
-    Between steps the run obeys ``RUN_DIR/control.json`` (:mod:`legorl.loop.control`): it waits while
+    Between steps the run obeys ``RUN_DIR/control.json`` (:mod:`legorl.observe.control`): it waits while
     paused and ends after a checkpoint when asked to stop; the monitors (``cfg.monitors``) ask for
     either when a threshold with that action is crossed. ``progress`` sees each phase: held-out
     evaluations, every step's rollouts (one by one) and its training."""

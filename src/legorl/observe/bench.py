@@ -18,6 +18,7 @@ import json
 import random
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,35 @@ def generate_run(run_dir: Path, rollouts: int, seed: int = 0) -> None:
     store = RunStore(run_dir, compact_every=None)
     lps = TrainerLogprobs(run_dir)
     steps = 20
+    _write_metrics(run_dir, rollouts, steps, rng)
+    for i in range(rollouts):
+        rid, task, step = f"r-{i:06d}", f"task-{i % 40:02d}", min(i * steps // rollouts, steps - 1)
+        ids = [rng.randrange(VOCAB) for _ in range(TOKENS)]
+        tokens = _Tokens(
+            ids=ids,
+            mask=[0] * PROMPT + [1] * (TOKENS - PROMPT),
+            logprobs=[0.0] * PROMPT + [-rng.random() for _ in range(TOKENS - PROMPT)],
+        )
+        for turn in _turns(rid, tokens, step):
+            store.append_turn(turn)
+        flagged = i % 10 == 0
+        reward = 0.0 if flagged else float(rng.random() < 0.5)
+        store.append_rollout(_rollout(rid, task, step, i, tokens, reward, flagged))
+        lps.record(rid, 0, [x - 0.01 for x in tokens.logprobs], step=step)
+    store.close()  # compacts the token arrays to Parquet, as the end of a run does
+    lps.close()
+
+
+@dataclass(frozen=True)
+class _Tokens:
+    """One generated rollout's token ids, loss mask and sampling logprobs (prompt first)."""
+
+    ids: list[int]
+    mask: list[int]
+    logprobs: list[float]
+
+
+def _write_metrics(run_dir: Path, rollouts: int, steps: int, rng: random.Random) -> None:
     with (run_dir / "metrics.jsonl").open("w") as f:
         for s in range(steps):
             f.write(
@@ -61,94 +91,93 @@ def generate_run(run_dir: Path, rollouts: int, seed: int = 0) -> None:
                 )
                 + "\n"
             )
-    for i in range(rollouts):
-        rid, task, step = f"r-{i:06d}", f"task-{i % 40:02d}", min(i * steps // rollouts, steps - 1)
-        ids = [rng.randrange(VOCAB) for _ in range(TOKENS)]
-        mask = [0] * PROMPT + [1] * (TOKENS - PROMPT)
-        rollout_lps = [0.0] * PROMPT + [-rng.random() for _ in range(TOKENS - PROMPT)]
-        call = {
-            "id": "call_1",
-            "type": "function",
-            "function": {"name": "bash", "arguments": json.dumps({"command": "sed -i 's/a - b/a + b/' calc/arith.py"})},
-        }
-        msgs: list[dict[str, Any]] = [
-            {"role": "system", "content": "You fix bugs."},
-            {"role": "user", "content": "add() is wrong"},
-        ]
-        for t in range(2):
-            reply = (
-                {"role": "assistant", "content": None, "tool_calls": [call]}
-                if t == 0
-                else {"role": "assistant", "content": "Done."}
-            )
-            store.append_turn(
-                Turn(
-                    session_id=rid,
-                    thread_id="main",
-                    turn_index=t,
-                    dialect="openai.chat",
-                    prompt_token_ids=ids[: PROMPT + 150 * t],
-                    output_token_ids=ids[PROMPT + 150 * t : PROMPT + 150 * (t + 1)],
-                    output_logprobs=rollout_lps[PROMPT + 150 * t : PROMPT + 150 * (t + 1)],
-                    sampling={"temperature": 1.0},
-                    weight_version=step,
-                    finish_reason="tool_calls" if t == 0 else "stop",
-                    alignment=AlignmentEvent(turn_index=t, kind="start" if t == 0 else "extend"),
-                    request={"messages": list(msgs)},
-                    response={"choices": [{"message": reply}]},
-                )
-            )
-            msgs += [reply] + ([{"role": "tool", "tool_call_id": "call_1", "content": "ok"}] if t == 0 else [])
-        flagged = i % 10 == 0
-        flags = (
-            [
-                Flag(
-                    kind="modified_test_file",
-                    evidence={"source": "diff", "path": "tests/test_arith.py", "removed_lines": 1},
-                )
-            ]
-            if flagged
-            else []
+
+
+def _turns(rid: str, tokens: _Tokens, step: int) -> list[Turn]:
+    """Two turns: an OpenAI-chat tool call, then the final answer after the tool's result."""
+    ids, rollout_lps = tokens.ids, tokens.logprobs
+    call = {
+        "id": "call_1",
+        "type": "function",
+        "function": {"name": "bash", "arguments": json.dumps({"command": "sed -i 's/a - b/a + b/' calc/arith.py"})},
+    }
+    msgs: list[dict[str, Any]] = [
+        {"role": "system", "content": "You fix bugs."},
+        {"role": "user", "content": "add() is wrong"},
+    ]
+    turns = []
+    for t in range(2):
+        reply = (
+            {"role": "assistant", "content": None, "tool_calls": [call]}
+            if t == 0
+            else {"role": "assistant", "content": "Done."}
         )
-        reward = 0.0 if flagged else float(rng.random() < 0.5)
-        sample = Sample(
-            rollout_id=rid,
-            session_id=rid,
-            thread_id="main",
-            segment_index=0,
-            token_ids=ids,
-            loss_mask=mask,
-            rollout_logprobs=rollout_lps,
-            turn_indices=[0, 1],
-            reward=reward,
-            alignment_events=[AlignmentEvent(turn_index=0, kind="start"), AlignmentEvent(turn_index=1, kind="extend")],
-        )
-        store.append_rollout(
-            Rollout(
-                rollout_id=rid,
+        turns.append(
+            Turn(
                 session_id=rid,
-                task_id=task,
-                harness="command",
-                sandbox="bwrap",
-                step=step,
-                group_index=i % 8,
-                reward=reward,
-                diff="--- a/calc/arith.py\n+++ b/calc/arith.py\n@@ -1 +1 @@\n-a - b\n+a + b\n",
-                grader=GraderReport(
-                    resolved=reward > 0,
-                    reward=reward,
-                    tests={"tests/test_arith.py::test_add": "passed"},
-                    flag_details=flags,
-                ),
-                flags=[f.label for f in flags],
-                flag_details=flags,
-                samples=[sample],
-                duration_s=30.0,
+                thread_id="main",
+                turn_index=t,
+                dialect="openai.chat",
+                prompt_token_ids=ids[: PROMPT + 150 * t],
+                output_token_ids=ids[PROMPT + 150 * t : PROMPT + 150 * (t + 1)],
+                output_logprobs=rollout_lps[PROMPT + 150 * t : PROMPT + 150 * (t + 1)],
+                sampling={"temperature": 1.0},
+                weight_version=step,
+                finish_reason="tool_calls" if t == 0 else "stop",
+                alignment=AlignmentEvent(turn_index=t, kind="start" if t == 0 else "extend"),
+                request={"messages": list(msgs)},
+                response={"choices": [{"message": reply}]},
             )
         )
-        lps.record(rid, 0, [x - 0.01 for x in rollout_lps], step=step)
-    store.close()  # compacts the token arrays to Parquet, as the end of a run does
-    lps.close()
+        msgs += [reply] + ([{"role": "tool", "tool_call_id": "call_1", "content": "ok"}] if t == 0 else [])
+    return turns
+
+
+def _rollout(rid: str, task: str, step: int, i: int, tokens: _Tokens, reward: float, flagged: bool) -> Rollout:
+    """The rollout record: one sample, a grader report, a diff; a test-file flag when ``flagged``."""
+    flags = (
+        [
+            Flag(
+                kind="modified_test_file",
+                evidence={"source": "diff", "path": "tests/test_arith.py", "removed_lines": 1},
+            )
+        ]
+        if flagged
+        else []
+    )
+    sample = Sample(
+        rollout_id=rid,
+        session_id=rid,
+        thread_id="main",
+        segment_index=0,
+        token_ids=tokens.ids,
+        loss_mask=tokens.mask,
+        rollout_logprobs=tokens.logprobs,
+        turn_indices=[0, 1],
+        reward=reward,
+        alignment_events=[AlignmentEvent(turn_index=0, kind="start"), AlignmentEvent(turn_index=1, kind="extend")],
+    )
+    return Rollout(
+        rollout_id=rid,
+        session_id=rid,
+        task_id=task,
+        harness="command",
+        sandbox="bwrap",
+        step=step,
+        group_index=i % 8,
+        reward=reward,
+        diff="--- a/calc/arith.py\n+++ b/calc/arith.py\n@@ -1 +1 @@\n-a - b\n+a + b\n",
+        grader=GraderReport(
+            resolved=reward > 0,
+            reward=reward,
+            tests={"tests/test_arith.py::test_add": "passed"},
+            flag_details=flags,
+        ),
+        flags=[f.label for f in flags],
+        flag_details=flags,
+        samples=[sample],
+        duration_s=30.0,
+    )
 
 
 def _p(xs: list[float], q: float) -> float:

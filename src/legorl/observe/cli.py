@@ -1,5 +1,6 @@
-"""The observability commands (``legorl ui``, ``legorl status``, ``legorl validate``, ``legorl bench ui``),
-registered on the main app by :mod:`legorl.cli`. Only typer is imported at module level."""
+"""The observability commands (``legorl ui``, ``legorl status``, ``legorl validate``, ``legorl launch``,
+``legorl control``), registered on the main app by :mod:`legorl.cli` (``legorl bench ui`` lives in
+:mod:`legorl.cli.bench`). Only typer is imported at module level."""
 
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ from typing import Any
 
 import typer
 
-from legorl.bench.schema import keys_help
 from legorl.errors import ConfigError
 
 
@@ -132,7 +132,7 @@ def control(
 ) -> None:
     """Pause, resume or stop a training run between steps (stop: after a checkpoint; resume a
     stopped run with `legorl train --resume RUN_DIR`)."""
-    from legorl.loop.control import read_control, write_control
+    from legorl.observe.control import read_control, write_control
 
     states = {"pause": "paused", "resume": "running", "stop": "stop"}
     if action not in states:
@@ -155,8 +155,8 @@ def validate(
 ) -> None:
     """Check a run config: one line per check (PASS / WARN / FATAL, each fatal saying what to change);
     exit code 1 on any fatal."""
-    from legorl.observe.validate import report
-    from legorl.observe.validate import validate as run_checks
+    from legorl.loop.validate import report
+    from legorl.loop.validate import validate as run_checks
 
     overrides: dict[str, object] = {}
     for item in set_:
@@ -206,8 +206,8 @@ def check_before_train(cfg: Any, *, live: bool = False) -> None:
     """What ``legorl train`` runs first (unless ``--no-validate``): the structure checks of
     ``legorl validate`` (and the live ones with ``--validate-live``) on the config it will train;
     any fatal stops it with exit code 1."""
-    from legorl.observe.validate import report
-    from legorl.observe.validate import validate as run_checks
+    from legorl.loop.validate import report
+    from legorl.loop.validate import validate as run_checks
 
     checks = run_checks(cfg, structure_only=not live, on_check=lambda c: c.level != "pass" and print(c.line()))
     result = report(checks)
@@ -218,18 +218,3 @@ def check_before_train(cfg: Any, *, live: bool = False) -> None:
     )
     if not result["ok"]:
         raise typer.Exit(1)
-
-
-def bench_ui(
-    rollouts: int = typer.Option(5000, "--rollouts", min=1, help="Rollouts in the generated run directory."),
-    requests: int = typer.Option(40, "--requests", min=1, help="Timed requests per page kind."),
-    as_json: bool = typer.Option(True, "--json/--no-json", help=keys_help("ui")),
-) -> None:
-    """Serve a generated run directory and time the rollout list and trajectory pages."""
-    from legorl.observe.bench import run_ui_bench
-
-    result = run_ui_bench(rollouts=rollouts, requests=requests)
-    if as_json:
-        print(json.dumps(result, indent=2))
-    else:
-        print("\n".join(f"{k}: {v}" for k, v in result.items()))

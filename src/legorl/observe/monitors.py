@@ -2,7 +2,7 @@
 
 A crossed threshold is an :class:`Alert` carrying its monitor's action (log, warn, pause, stop). The
 loop records every alert in ``RUN_DIR/alerts.jsonl`` (:class:`AlertLog`) and turns pause and stop into
-a request to :mod:`legorl.loop.control`; the UI and ``legorl status`` show the recorded alerts. A run
+a request to :mod:`legorl.observe.control`; the UI and ``legorl status`` show the recorded alerts. A run
 directory without recorded alerts (written before monitors existed) is judged here with the default
 thresholds, so that one set of rules decides what an alert is.
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from legorl.grading.impossible import FLAG_KIND as CANARY_FLAG
-from legorl.loop.control import read_control
+from legorl.observe.control import read_control
 from legorl.observe.metrics import read_metrics
 from legorl.observe.monitors import Alert, current_alerts
 from legorl.observe.token_logprobs import TrainerLogprobs
@@ -75,7 +75,7 @@ class RunSummary:
     eta_s: float | None
     last_update_s_ago: float | None
     alerts: list[Alert] = field(default_factory=list)
-    state_reason: str = ""  # why a run is paused or was stopped (legorl.loop.control)
+    state_reason: str = ""  # why a run is paused or was stopped (legorl.observe.control)
     # impossible-task canaries over the run (legorl.grading.canaries): rollouts, passed, hack_rate; None: none ran
     canaries: dict[str, Any] | None = None
 

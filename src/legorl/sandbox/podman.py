@@ -202,6 +202,22 @@ def _chown_tree(root: Path, uid: int, gid: int) -> None:
             os.lchown(os.path.join(dirpath, name), uid, gid)
 
 
+def _check_gateway_socket(path: Path | str) -> None:
+    """SandboxError unless the gateway's socket exists and the sandbox user may write to it."""
+    if not Path(path).exists():
+        raise SandboxError(f"gateway socket {path} does not exist")
+    st = os.stat(path)
+    if not (
+        st.st_mode & 0o002
+        or (st.st_uid == SANDBOX_UID and st.st_mode & 0o200)
+        or (st.st_gid == SANDBOX_GID and st.st_mode & 0o020)
+    ):
+        raise SandboxError(
+            f"gateway socket {path} is not writable by the sandbox user "
+            f"(uid {SANDBOX_UID}); the gateway creates it 0666 (chmod it so)"
+        )
+
+
 class PodmanSandbox(HostWorkspaceSandbox):
     def __init__(
         self,
@@ -497,18 +513,7 @@ class PodmanBackend(ImageCacheUser):
         self.exe  # noqa: B018
         inst_recipe, env_recipe = spec_recipes(spec)
         if spec.gateway_socket is not None:
-            if not Path(spec.gateway_socket).exists():
-                raise SandboxError(f"gateway socket {spec.gateway_socket} does not exist")
-            st = os.stat(spec.gateway_socket)
-            if not (
-                st.st_mode & 0o002
-                or (st.st_uid == SANDBOX_UID and st.st_mode & 0o200)
-                or (st.st_gid == SANDBOX_GID and st.st_mode & 0o020)
-            ):
-                raise SandboxError(
-                    f"gateway socket {spec.gateway_socket} is not writable by the sandbox user "
-                    f"(uid {SANDBOX_UID}); the gateway creates it 0666 (chmod it so)"
-                )
+            _check_gateway_socket(spec.gateway_socket)
         base = self.base_layer()
         image = spec.image or str(base.meta["image"])
         env_layer = self.cache.env(env_recipe, base, lease=not env_recipe.empty)
@@ -533,59 +538,8 @@ class PodmanBackend(ImageCacheUser):
             (sandbox_dir / "home").mkdir()
             for tree in ("workspace", "home"):  # writable by the sandbox user (execs run as uid 1000)
                 _chown_tree(sandbox_dir / tree, SANDBOX_UID, SANDBOX_GID)
-            argv = [
-                self.exe,
-                "run",
-                "-d",
-                "--name",
-                cid,
-                "--hostname",
-                "sandbox",
-                "--network",
-                "none",
-                "--no-hosts",
-                "--read-only",
-                "--ulimit",
-                "nofile=1024:1024",
-                "--ulimit",
-                "nproc=1024:1024",
-                "--memory",
-                f"{spec.memory_mb}m",
-                "--memory-swap",
-                f"{spec.memory_mb}m",
-                "--pids-limit",
-                str(spec.max_pids),
-                "--cap-drop",
-                "ALL",
-                "--security-opt",
-                "no-new-privileges",
-                "--init",
-                "-v",
-                f"{sandbox_dir / 'workspace'}:{WORKSPACE}:rw",
-                "-v",
-                f"{sandbox_dir / 'home'}:{SANDBOX_HOME}:rw",
-                "-v",
-                f"{FORWARDER_PATH}:{FORWARDER_INSIDE}:ro",
-                "--workdir",
-                WORKSPACE,
-            ]
-            if self.runtime:
-                argv[2:2] = ["--runtime", self.runtime]
-            if self.disk_mb is not None:  # /tmp in memory, bounded like the disk
-                argv += ["--tmpfs", f"/tmp:rw,nosuid,nodev,mode=1777,size={self.disk_mb}m"]
-            if not env_recipe.empty:
-                argv += ["-v", f"{env_layer.path}:{ENV_INSIDE}:ro"]
-            for host, mount in getattr(spec, "extra_layers", ()) or ():  # harness layers, read-only
-                argv += ["-v", f"{host}:{mount}:ro"]
-            if spec.gateway_socket is not None:
-                argv += ["-v", f"{Path(spec.gateway_socket).resolve()}:{GATEWAY_SOCKET_INSIDE}"]
-            argv += [*self.extra_run_args, image, "sh", "-c", _KEEPER]
-            # the container's conmon inherits this cwd and marks an OOM kill there with an `oom` file
-            res = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=sandbox_dir)
-            if res.returncode != 0:
-                raise SandboxError(
-                    f"{self.name} run failed for sandbox {cid}: {(res.stderr or res.stdout).strip()[-2000:]}"
-                )
+            env_path = None if env_recipe.empty else env_layer.path
+            self._start_container(self._run_argv(spec, cid, sandbox_dir, image, env_path), cid, sandbox_dir)
         except BaseException as exc:
             with contextlib.suppress(OSError, subprocess.SubprocessError):
                 subprocess.run([self.exe, "rm", "-f", "-t", "0", cid], capture_output=True, timeout=120)
@@ -599,3 +553,62 @@ class PodmanBackend(ImageCacheUser):
                 raise SandboxError(f"cannot create {self.name} sandbox: {exc}") from exc
             raise
         return PodmanSandbox(self, spec, sandbox_dir, cid, inst.meta["commit"], env_layer.lease, quota=quota)
+
+    def _run_argv(self, spec: SandboxSpec, cid: str, sandbox_dir: Path, image: str, env_path: Path | None) -> list[str]:
+        """``podman run`` of the sandbox's container: no network, read-only root, no capabilities,
+        the spec's memory and pid limits; the workspace, home, env layer and gateway socket mounted."""
+        argv = [
+            self.exe,
+            "run",
+            "-d",
+            "--name",
+            cid,
+            "--hostname",
+            "sandbox",
+            "--network",
+            "none",
+            "--no-hosts",
+            "--read-only",
+            "--ulimit",
+            "nofile=1024:1024",
+            "--ulimit",
+            "nproc=1024:1024",
+            "--memory",
+            f"{spec.memory_mb}m",
+            "--memory-swap",
+            f"{spec.memory_mb}m",
+            "--pids-limit",
+            str(spec.max_pids),
+            "--cap-drop",
+            "ALL",
+            "--security-opt",
+            "no-new-privileges",
+            "--init",
+            "-v",
+            f"{sandbox_dir / 'workspace'}:{WORKSPACE}:rw",
+            "-v",
+            f"{sandbox_dir / 'home'}:{SANDBOX_HOME}:rw",
+            "-v",
+            f"{FORWARDER_PATH}:{FORWARDER_INSIDE}:ro",
+            "--workdir",
+            WORKSPACE,
+        ]
+        if self.runtime:
+            argv[2:2] = ["--runtime", self.runtime]
+        if self.disk_mb is not None:  # /tmp in memory, bounded like the disk
+            argv += ["--tmpfs", f"/tmp:rw,nosuid,nodev,mode=1777,size={self.disk_mb}m"]
+        if env_path is not None:
+            argv += ["-v", f"{env_path}:{ENV_INSIDE}:ro"]
+        for host, mount in getattr(spec, "extra_layers", ()) or ():  # harness layers, read-only
+            argv += ["-v", f"{host}:{mount}:ro"]
+        if spec.gateway_socket is not None:
+            argv += ["-v", f"{Path(spec.gateway_socket).resolve()}:{GATEWAY_SOCKET_INSIDE}"]
+        return [*argv, *self.extra_run_args, image, "sh", "-c", _KEEPER]
+
+    def _start_container(self, argv: list[str], cid: str, sandbox_dir: Path) -> None:
+        # the container's conmon inherits this cwd and marks an OOM kill there with an `oom` file
+        res = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=sandbox_dir)
+        if res.returncode != 0:
+            raise SandboxError(
+                f"{self.name} run failed for sandbox {cid}: {(res.stderr or res.stdout).strip()[-2000:]}"
+            )

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from legorl.errors import TaskError
-from legorl.grading.rules import is_test_module
+from legorl.rules import is_test_module
 from legorl.sandbox.git import git_argv, host_git_env
 from legorl.tasks.loader import load_task_dir
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from legorl.diffs import touched_paths
 from legorl.errors import ConfigError, LegoRLError
-from legorl.grading.rules import PathKind, classify_path, protected_paths
+from legorl.rules import PathKind, classify_path, protected_paths
 from legorl.tasks.model import Task
 
 BACKENDS = ("bwrap", "podman", "docker")
@@ -92,7 +92,43 @@ def check_task(task: Task, backend, timeout: float = 120) -> CheckResult:
     started = time.monotonic()
     swebench = task.tier == "swebench"
     res = CheckResult(task.instance_id, task.tier, repo=task.repo, version=task.version)
-    problems = res.problems
+    res.problems.extend(_static_problems(task))
+    if task.source_dir is None:
+        res.problems.append("no source_dir (only locally runnable tasks can be checked)")
+        res.seconds = time.monotonic() - started
+        return res
+
+    def run(name: str, diff: str):  # a GraderReport
+        t = time.monotonic()
+        report = grade(task, diff, backend, timeout=timeout)
+        res.run_seconds[name] = round(time.monotonic() - t, 2)
+        return report
+
+    try:
+        gold = _judge_gold(task, run("gold", task.patch), swebench)
+        res.gold, res.env = gold.outcome, gold.env
+        gold.add_to(res)
+        if res.gold == "env":  # the environment is broken: the other runs would say the same
+            res.seconds = time.monotonic() - started
+            return res
+        empty = _judge_empty(task, run("empty", ""), swebench)
+        res.empty = empty.outcome
+        empty.add_to(res)
+        if swebench and task.test_patch.strip():
+            alone = _judge_test_patch(run("test_patch", task.test_patch))
+            res.test_patch = alone.outcome
+            alone.add_to(res)
+    except LegoRLError as exc:
+        res.problems.append(f"error: {exc}")
+    except Exception as exc:  # one broken task must not hide the others
+        res.problems.append(f"crashed: {type(exc).__name__}: {exc}")
+    res.seconds = time.monotonic() - started
+    return res
+
+
+def _static_problems(task: Task) -> list[str]:
+    """What is wrong with the task before running anything."""
+    problems = []
     if not task.FAIL_TO_PASS:
         problems.append("no FAIL_TO_PASS tests")
     if overlap := sorted(set(task.FAIL_TO_PASS) & set(task.PASS_TO_PASS)):
@@ -105,83 +141,77 @@ def check_task(task: Task, backend, timeout: float = 120) -> CheckResult:
         kind = classify_path(path, protected)
         if kind not in (PathKind.SOURCE, PathKind.PYPROJECT) and not _framework_source(task, kind):
             problems.append(f"gold patch touches {path} ({kind.value}): the grader drops it")
-    if task.source_dir is None:
-        problems.append("no source_dir (only locally runnable tasks can be checked)")
-        res.seconds = time.monotonic() - started
-        return res
+    return problems
 
-    def run(name: str, diff: str):  # a GraderReport
-        t = time.monotonic()
-        report = grade(task, diff, backend, timeout=timeout)
-        res.run_seconds[name] = round(time.monotonic() - t, 2)
-        return report
 
-    try:
-        gold = run("gold", task.patch)
-        if gold.status != "ok":
-            res.gold = "env"
-            res.env = gold.cause or gold.status
-            problems.append(f"gold: {gold.status}: {gold.cause}")
-        else:
-            res.env = "built"
-            bad = _not_passing(gold.tests, [*task.FAIL_TO_PASS, *task.PASS_TO_PASS])
-            blocking = [f.label for f in gold.flag_details if f.severity == "blocking"]
-            flags_ok = not blocking if swebench else not gold.flags
-            if gold.resolved and gold.reward == 1.0 and flags_ok and not bad:
-                res.gold = "ok"
-                if gold.flags:
-                    res.notes.append("gold: info flags " + ", ".join(gold.flags))
-            else:
-                res.gold = "fail"
-                if bad:
-                    problems.append("gold: not passing: " + ", ".join(bad))
-                if not flags_ok:
-                    problems.append("gold: flags " + ", ".join(blocking if swebench else gold.flags))
-                if not bad and flags_ok:
-                    problems.append(f"gold: not resolved (runner exit {gold.runner_exit_code})")
-        if res.gold == "env":  # the environment is broken: the other runs would say the same
-            res.seconds = time.monotonic() - started
-            return res
+@dataclass
+class _RunVerdict:
+    """One graded run's outcome ("ok" | "fail" | "env"), with the problems and notes it adds."""
 
-        empty = run("empty", "")
-        if empty.status != "ok":
-            res.empty = "env"
-            problems.append(f"empty: {empty.status}: {empty.cause}")
-        else:
-            passing_f2p = [t for t in task.FAIL_TO_PASS if empty.tests.get(t) == "passed"]
-            failing_p2p = _not_passing(empty.tests, task.PASS_TO_PASS)
-            if swebench:
-                res.empty = "fail" if empty.resolved else "ok"
-                if empty.resolved:
-                    problems.append("empty: resolved without the fix")
-                if passing_f2p:
-                    res.notes.append("empty: FAIL_TO_PASS passing without the fix: " + ", ".join(passing_f2p))
-                if failing_p2p:
-                    res.notes.append("empty: PASS_TO_PASS failing without the fix: " + ", ".join(failing_p2p))
-            else:
-                res.empty = "ok" if not passing_f2p and not failing_p2p and not empty.resolved else "fail"
-                if passing_f2p:
-                    problems.append("empty: FAIL_TO_PASS passes without the fix: " + ", ".join(passing_f2p))
-                if failing_p2p:
-                    problems.append("empty: PASS_TO_PASS fails without the fix: " + ", ".join(failing_p2p))
-                if empty.resolved and not passing_f2p:
-                    problems.append("empty: resolved without the fix")
-        if swebench and task.test_patch.strip():
-            alone = run("test_patch", task.test_patch)
-            if alone.status != "ok":
-                res.test_patch = "env"
-                problems.append(f"test patch alone: {alone.status}: {alone.cause}")
-            elif alone.resolved and alone.reward > 0:
-                res.test_patch = "fail"
-                problems.append("test patch alone: resolved")
-            else:
-                res.test_patch = "ok"
-    except LegoRLError as exc:
-        problems.append(f"error: {exc}")
-    except Exception as exc:  # one broken task must not hide the others
-        problems.append(f"crashed: {type(exc).__name__}: {exc}")
-    res.seconds = time.monotonic() - started
-    return res
+    outcome: str
+    problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    env: str = "-"  # the gold run only: "built" | the cause it could not be
+
+    def add_to(self, res: CheckResult) -> None:
+        res.problems.extend(self.problems)
+        res.notes.extend(self.notes)
+
+
+def _judge_gold(task: Task, gold, swebench: bool) -> _RunVerdict:
+    """The gold patch must resolve: every FAIL_TO_PASS and PASS_TO_PASS test passing, reward 1, no
+    flag (SWE-bench: no blocking flag)."""
+    if gold.status != "ok":
+        return _RunVerdict("env", [f"gold: {gold.status}: {gold.cause}"], env=gold.cause or gold.status)
+    bad = _not_passing(gold.tests, [*task.FAIL_TO_PASS, *task.PASS_TO_PASS])
+    blocking = [f.label for f in gold.flag_details if f.severity == "blocking"]
+    flags_ok = not blocking if swebench else not gold.flags
+    if gold.resolved and gold.reward == 1.0 and flags_ok and not bad:
+        notes = ["gold: info flags " + ", ".join(gold.flags)] if gold.flags else []
+        return _RunVerdict("ok", notes=notes, env="built")
+    verdict = _RunVerdict("fail", env="built")
+    if bad:
+        verdict.problems.append("gold: not passing: " + ", ".join(bad))
+    if not flags_ok:
+        verdict.problems.append("gold: flags " + ", ".join(blocking if swebench else gold.flags))
+    if not bad and flags_ok:
+        verdict.problems.append(f"gold: not resolved (runner exit {gold.runner_exit_code})")
+    return verdict
+
+
+def _judge_empty(task: Task, empty, swebench: bool) -> _RunVerdict:
+    """The empty patch must not resolve; built-in tiers: every FAIL_TO_PASS test fails and every
+    PASS_TO_PASS test passes (SWE-bench: recorded as notes)."""
+    if empty.status != "ok":
+        return _RunVerdict("env", [f"empty: {empty.status}: {empty.cause}"])
+    passing_f2p = [t for t in task.FAIL_TO_PASS if empty.tests.get(t) == "passed"]
+    failing_p2p = _not_passing(empty.tests, task.PASS_TO_PASS)
+    if swebench:
+        verdict = _RunVerdict("fail" if empty.resolved else "ok")
+        if empty.resolved:
+            verdict.problems.append("empty: resolved without the fix")
+        if passing_f2p:
+            verdict.notes.append("empty: FAIL_TO_PASS passing without the fix: " + ", ".join(passing_f2p))
+        if failing_p2p:
+            verdict.notes.append("empty: PASS_TO_PASS failing without the fix: " + ", ".join(failing_p2p))
+        return verdict
+    verdict = _RunVerdict("ok" if not passing_f2p and not failing_p2p and not empty.resolved else "fail")
+    if passing_f2p:
+        verdict.problems.append("empty: FAIL_TO_PASS passes without the fix: " + ", ".join(passing_f2p))
+    if failing_p2p:
+        verdict.problems.append("empty: PASS_TO_PASS fails without the fix: " + ", ".join(failing_p2p))
+    if empty.resolved and not passing_f2p:
+        verdict.problems.append("empty: resolved without the fix")
+    return verdict
+
+
+def _judge_test_patch(alone) -> _RunVerdict:
+    """SWE-bench: the test patch alone offered as the fix must not resolve."""
+    if alone.status != "ok":
+        return _RunVerdict("env", [f"test patch alone: {alone.status}: {alone.cause}"])
+    if alone.resolved and alone.reward > 0:
+        return _RunVerdict("fail", ["test patch alone: resolved"])
+    return _RunVerdict("ok")
 
 
 def _framework_source(task: Task, kind: PathKind) -> bool:

@@ -8,24 +8,19 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
+if TYPE_CHECKING:
+    from legorl.tasks.model import Task
+
 app = typer.Typer(no_args_is_help=True, help="Task suites: list them, validate them, author or synthesize new ones.")
 console = Console()
-
-
-def _fail(exc: Exception) -> NoReturn:
-    """Hand an error to the CLI's central handler (``legorl.cli``): one line on stderr, exit 2."""
-    from legorl.errors import ConfigError, LegoRLError
-
-    if isinstance(exc, LegoRLError):
-        raise exc
-    raise ConfigError(str(exc)) from exc
 
 
 # `legorl tasks list --json` keys (docs/cli.md; tests/test_cli_json.py checks them)
@@ -76,55 +71,87 @@ def list_(
     ),
 ) -> None:
     """List the suites, or the tasks of one suite (SWE-bench suites: every instance, available or not)."""
-    from legorl.errors import LegoRLError
-    from legorl.tasks import swebench
-    from legorl.tasks.loader import builtin_suites, filter_tasks, generated_suites, load_suite
-
-    try:
-        if suite is None:
-            counts = {name: (len(ts), len(ts)) for name in builtin_suites() for ts in [load_suite(name)]}
-            for name in generated_suites():
-                n = len(load_suite(name))
-                counts[name] = (n, n)
-            for name in swebench.SUITES:
-                if swebench.suite_file(name).is_file():
-                    status = swebench.instance_status(
-                        swebench.read_records(name), swebench.default_repo_source(repos_dir)
-                    )
-                    counts[name] = (len(status), sum(st.available for st in status))
-            mined = _mined_counts()
-            for name, row in mined.items():
-                counts[name] = (row["tasks"], row["tasks"])
-        elif swebench.is_swebench_suite(suite):
-            records = filter_tasks(
-                swebench.read_records(suite), repos=split_list(repos), instances=split_list(instances), origin=suite
-            )
-            reasons = {
-                st.instance_id: st.reason
-                for st in swebench.instance_status(records, swebench.default_repo_source(repos_dir))
-            }
-            tasks = records
-        else:
-            tasks = load_suite(suite, repos=split_list(repos), instances=split_list(instances))
-            reasons = {t.instance_id: None if t.source_dir is not None else "no source tree" for t in tasks}
-    except LegoRLError as exc:
-        _fail(exc)
     if suite is None:
-        if as_json:
-            rows = [{"name": k, "tasks": n, "available": a, **mined.get(k, {})} for k, (n, a) in counts.items()]
-            print(json.dumps({"suites": rows, "total": sum(n for n, _ in counts.values())}, indent=2))
-            return
-        table = Table(title="task suites")
-        table.add_column("suite")
-        table.add_column("tasks", justify="right")
-        table.add_column("available here", justify="right")
-        for name, (n, a) in counts.items():
-            table.add_row(name, str(n), str(a))
-            if name == builtin_suites()[-1]:
-                n_all = sum(counts[b][0] for b in builtin_suites())
-                table.add_row("builtin (all built-in)", str(n_all), str(n_all))
-        console.print(table)
+        suites = _suite_counts(repos_dir)
+    else:
+        listing = _suite_listing(suite, split_list(repos), split_list(instances), repos_dir)
+    if suite is None:
+        _print_suites(suites, as_json)
+    else:
+        _print_tasks(suite, listing, as_json)
+
+
+@dataclass(frozen=True)
+class _SuiteCounts:
+    """Per suite: (tasks, available here); per mined suite its counts by method and repository."""
+
+    counts: dict[str, tuple[int, int]]
+    mined: dict[str, dict]
+
+
+@dataclass(frozen=True)
+class _SuiteListing:
+    """A suite's tasks, and per task why its tree cannot be had here (None: it can)."""
+
+    tasks: list[Task]
+    reasons: dict[str, str | None]
+
+
+def _suite_counts(repos_dir: str | None) -> _SuiteCounts:
+    from legorl.tasks import swebench
+    from legorl.tasks.loader import builtin_suites, generated_suites, load_suite
+
+    counts = {name: (len(ts), len(ts)) for name in builtin_suites() for ts in [load_suite(name)]}
+    for name in generated_suites():
+        n = len(load_suite(name))
+        counts[name] = (n, n)
+    for name in swebench.SUITES:
+        if swebench.suite_file(name).is_file():
+            status = swebench.instance_status(swebench.read_records(name), swebench.default_repo_source(repos_dir))
+            counts[name] = (len(status), sum(st.available for st in status))
+    mined = _mined_counts()
+    for name, row in mined.items():
+        counts[name] = (row["tasks"], row["tasks"])
+    return _SuiteCounts(counts, mined)
+
+
+def _suite_listing(suite: str, repos: list[str], instances: list[str], repos_dir: str | None) -> _SuiteListing:
+    from legorl.tasks import swebench
+    from legorl.tasks.loader import filter_tasks, load_suite
+
+    if swebench.is_swebench_suite(suite):
+        records = filter_tasks(swebench.read_records(suite), repos=repos, instances=instances, origin=suite)
+        reasons = {
+            st.instance_id: st.reason
+            for st in swebench.instance_status(records, swebench.default_repo_source(repos_dir))
+        }
+        return _SuiteListing(records, reasons)
+    tasks = load_suite(suite, repos=repos, instances=instances)
+    return _SuiteListing(tasks, {t.instance_id: None if t.source_dir is not None else "no source tree" for t in tasks})
+
+
+def _print_suites(suites: _SuiteCounts, as_json: bool) -> None:
+    from legorl.tasks.loader import builtin_suites
+
+    counts, mined = suites.counts, suites.mined
+    if as_json:
+        rows = [{"name": k, "tasks": n, "available": a, **mined.get(k, {})} for k, (n, a) in counts.items()]
+        print(json.dumps({"suites": rows, "total": sum(n for n, _ in counts.values())}, indent=2))
         return
+    table = Table(title="task suites")
+    table.add_column("suite")
+    table.add_column("tasks", justify="right")
+    table.add_column("available here", justify="right")
+    for name, (n, a) in counts.items():
+        table.add_row(name, str(n), str(a))
+        if name == builtin_suites()[-1]:
+            n_all = sum(counts[b][0] for b in builtin_suites())
+            table.add_row("builtin (all built-in)", str(n_all), str(n_all))
+    console.print(table)
+
+
+def _print_tasks(suite: str, listing: _SuiteListing, as_json: bool) -> None:
+    tasks, reasons = listing.tasks, listing.reasons
     if as_json:
         rows = [
             {
@@ -191,15 +218,11 @@ def check(
     every FAIL_TO_PASS test; SWE-bench instances: nor does the test patch alone)."""
     import threading
 
-    from legorl.errors import LegoRLError
     from legorl.tasks.check import CheckResult, check_suite, get_backend, read_report
     from legorl.tasks.loader import load_suite
 
-    try:
-        tasks = load_suite(suite, repos=split_list(repos), instances=split_list(instances), repos_dir=repos_dir)
-        sandbox_backend = get_backend(backend)
-    except LegoRLError as exc:
-        _fail(exc)
+    tasks = load_suite(suite, repos=split_list(repos), instances=split_list(instances), repos_dir=repos_dir)
+    sandbox_backend = get_backend(backend)
     wanted = {t.instance_id for t in tasks}
     done = read_report(report) if report is not None and not recheck else {}
     done = {k: v for k, v in done.items() if k in wanted}
@@ -271,13 +294,13 @@ def author(
     backend: str = typer.Option("bwrap", "--backend", help="Sandbox backend for the check."),
 ) -> None:
     """Write a task (task.json naming BASE, the gold patch, hidden tests, FAIL_TO_PASS/PASS_TO_PASS) and check it."""
-    from legorl.errors import LegoRLError
+    from legorl.cli.errors import fail
     from legorl.tasks.author import author_task
     from legorl.tasks.check import check_task, get_backend
     from legorl.tasks.loader import load_task_dir
 
     if tier not in ("trivial", "easy", "medium", "swebench"):
-        _fail(ValueError(f"--tier must be trivial, easy, medium or swebench, not {tier!r}"))
+        fail(ValueError(f"--tier must be trivial, easy, medium or swebench, not {tier!r}"))
     try:
         sandbox_backend = get_backend(backend) if check else None
         task_file = author_task(
@@ -291,8 +314,8 @@ def author(
             hints=hints,
         )
         task = load_task_dir(out)
-    except (LegoRLError, OSError) as exc:
-        _fail(exc)
+    except OSError as exc:
+        fail(exc)
     console.print(
         f"wrote {task_file}: FAIL_TO_PASS {len(task.FAIL_TO_PASS)}, PASS_TO_PASS {len(task.PASS_TO_PASS)}, "
         f"hidden tests: {'yes' if task.test_patch else 'no'}",
@@ -327,24 +350,21 @@ def synth(
     quiet: bool = typer.Option(False, "--quiet", help="Only print the summary."),
 ) -> None:
     """Synthesize tasks by mutating REPO (SWE-smith style); keeps mutations that break some tests."""
-    from legorl.errors import LegoRLError
+    from legorl.cli.errors import fail
     from legorl.tasks.synth import synthesize
 
     if tier not in ("trivial", "easy", "medium"):
-        _fail(ValueError(f"--tier must be trivial, easy or medium, not {tier!r}"))
+        fail(ValueError(f"--tier must be trivial, easy or medium, not {tier!r}"))
     started = time.monotonic()
-    try:
-        tasks = synthesize(
-            repo,
-            out,
-            max_tasks=max_tasks,
-            seed=seed,
-            timeout=timeout,
-            tier=tier,  # type: ignore[arg-type]
-            on_event=None if quiet else (lambda msg: console.print(msg, markup=False, soft_wrap=True)),
-        )
-    except LegoRLError as exc:
-        _fail(exc)
+    tasks = synthesize(
+        repo,
+        out,
+        max_tasks=max_tasks,
+        seed=seed,
+        timeout=timeout,
+        tier=tier,  # type: ignore[arg-type]
+        on_event=None if quiet else (lambda msg: console.print(msg, markup=False, soft_wrap=True)),
+    )
     console.print(f"wrote {len(tasks)} tasks to {out} (repos in {out.name}.d/) in {time.monotonic() - started:.1f}s")
     if not tasks:
         raise typer.Exit(1)

@@ -39,8 +39,7 @@ from typing import Protocol, runtime_checkable
 
 from legorl.diffs import touched_paths
 from legorl.errors import TaskError
-from legorl.grading.rules import is_test_support
-from legorl.grading.sympy_runner import RUNNER_FILES
+from legorl.rules import SYMPY_RUNNER_FILES, is_test_support
 from legorl.sandbox.git import git_argv, host_git_env
 from legorl.settings import legorl_home, settings
 from legorl.tasks.model import Task, TaskEnvironment
@@ -385,11 +384,11 @@ def load_swebench_suite(
             support = [str(p.relative_to(tree)) for p in tree.glob("*/testing/**/*.py")]
             support += [str(p.relative_to(tree)) for p in tree.glob("src/*/testing/**/*.py")]
             if env.runner == "sympy":  # its runner is test infrastructure: protected like the tests
-                support += [f for f in RUNNER_FILES if (tree / f).is_file()]
+                support += [f for f in SYMPY_RUNNER_FILES if (tree / f).is_file()]
             # a package's own test support (sphinx/testing/) is protected like the tests
             update["test_files"] = [
                 *t.test_files,
-                *sorted(f for f in support if is_test_support(f) or f in RUNNER_FILES),
+                *sorted(f for f in support if is_test_support(f) or f in SYMPY_RUNNER_FILES),
             ]
             out.append(t.model_copy(update=update))
     return out

@@ -32,10 +32,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from legorl import pyparse
+from legorl import junit, pyparse
 from legorl.errors import LegoRLError, TaskError
-from legorl.grading import junit
-from legorl.grading.rules import is_test_suite_file
+from legorl.rules import is_test_suite_file
 from legorl.tasks.model import Task, Tier
 
 _COPY_IGNORE = shutil.ignore_patterns(
@@ -441,8 +440,65 @@ def synthesize(
     many mutations to try at most (default ``5 * max_tasks + 10``). Raises TaskError for bad input.
     """
     say = on_event or (lambda _msg: None)
-    repo = Path(repo).expanduser()
-    out = Path(out).expanduser()
+    inputs = _check_inputs(Path(repo).expanduser(), Path(out).expanduser(), max_tasks)
+    repo, out = inputs.repo, inputs.out
+    if backend is None:
+        from legorl.sandbox.bwrap import BwrapBackend
+
+        backend = BwrapBackend()
+    baseline = _baseline(backend, repo, timeout, say)
+    rng = random.Random(seed)
+    candidates = _interleave([m for rel in inputs.modules for m in find_mutations(repo, rel)], rng)
+    if not candidates:
+        raise TaskError(f"{repo}: found nothing to mutate inside functions")
+    attempts = max_attempts or 5 * max_tasks + 10
+
+    out_dir = out.parent / f"{out.name}.d"
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    out_dir.mkdir(parents=True)
+    job = _SynthJob(
+        repo=repo,
+        out=out,
+        out_dir=out_dir,
+        backend=backend,
+        baseline=baseline,
+        run_timeout=timeout or max(30.0, 5 * baseline.duration_s),
+        tests=test_files(repo),
+        slug=_slug(repo.name),
+        tier=tier,
+        seed=seed,
+        say=say,
+    )
+    kept: list[_Kept] = []
+    used_lines: set[tuple[str, int]] = set()
+    tried = 0
+    for m in candidates:
+        if len(kept) >= max_tasks or tried >= attempts:
+            break
+        if (m.path, m.lineno) in used_lines:
+            continue
+        tried += 1
+        one = _try_mutation(job, m)
+        if one is not None:
+            kept.append(one)
+            used_lines.add((m.path, m.lineno))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("".join(json.dumps(k.record) + "\n" for k in kept), encoding="utf-8")
+    return [k.task for k in kept]
+
+
+@dataclass(frozen=True)
+class _Inputs:
+    """The checked arguments of :func:`synthesize`: the resolved repository, the output file, the
+    modules to mutate."""
+
+    repo: Path
+    out: Path
+    modules: list[str]
+
+
+def _check_inputs(repo: Path, out: Path, max_tasks: int) -> _Inputs:
     if not repo.exists():
         raise TaskError(f"{repo}: no such directory")
     if not repo.is_dir():
@@ -455,11 +511,11 @@ def synthesize(
     modules = source_files(repo)
     if not modules:
         raise TaskError(f"{repo}: no Python modules to mutate (tests and setup.py are not mutated)")
-    if backend is None:
-        from legorl.sandbox.bwrap import BwrapBackend
+    return _Inputs(repo, out, modules)
 
-        backend = BwrapBackend()
 
+def _baseline(backend, repo: Path, timeout: float | None, say: Callable[[str], None]) -> TestRun:
+    """The unmutated repository's test run; TaskError unless some tests run and all of them pass."""
     say(f"baseline: running the tests of {repo}")
     try:
         baseline = run_tests(backend, repo, timeout=timeout or 600)
@@ -480,76 +536,77 @@ def synthesize(
     if not baseline.passed:
         raise TaskError(f"{repo}: no test passes (all skipped?)")
     say(f"baseline: {len(baseline.passed)} tests pass in {baseline.duration_s:.1f}s")
-    run_timeout = timeout or max(30.0, 5 * baseline.duration_s)
+    return baseline
 
-    rng = random.Random(seed)
-    candidates = _interleave([m for rel in modules for m in find_mutations(repo, rel)], rng)
-    if not candidates:
-        raise TaskError(f"{repo}: found nothing to mutate inside functions")
-    attempts = max_attempts or 5 * max_tasks + 10
 
-    out_dir = out.parent / f"{out.name}.d"
-    if out_dir.exists():
-        shutil.rmtree(out_dir)
-    out_dir.mkdir(parents=True)
-    tests = test_files(repo)
-    slug = _slug(repo.name)
-    tasks: list[Task] = []
-    records: list[dict] = []
-    used_lines: set[tuple[str, int]] = set()
-    tried = 0
-    for m in candidates:
-        if len(tasks) >= max_tasks or tried >= attempts:
-            break
-        if (m.path, m.lineno) in used_lines:
-            continue
-        tried += 1
-        run = run_tests(backend, repo, edits={m.path: m.mutated}, timeout=run_timeout)
-        where = f"{m.path}:{m.lineno} {m.kind} ({m.before!r} -> {m.after!r})"
-        if run.timed_out or not run.outcomes:
-            say(f"skip {where}: {'timed out' if run.timed_out else 'no test report'}")
-            continue
-        if run.unmapped or set(run.outcomes) != set(baseline.outcomes):
-            say(f"skip {where}: tests not collected the same way (collection error)")
-            continue
-        f2p = [t for t in baseline.outcomes if t in baseline.passed and run.outcomes.get(t) != "passed"]
-        p2p = [t for t in baseline.outcomes if t in baseline.passed and run.outcomes.get(t) == "passed"]
-        if not f2p:
-            say(f"skip {where}: no test notices it")
-            continue
-        iid = f"synth__{slug}-{m.key}"
-        task_dir = out_dir / iid
-        shutil.copytree(repo, task_dir, ignore=_COPY_IGNORE)
-        (task_dir / m.path).write_text(m.mutated, encoding="utf-8")
-        patch = reverse_diff(m)
-        check = subprocess.run(
-            ["git", "apply", "--check", "-"], input=patch, text=True, cwd=task_dir, capture_output=True
-        )
-        if check.returncode != 0:
-            shutil.rmtree(task_dir)
-            say(f"skip {where}: reverse diff does not apply: {check.stderr.strip()}")
-            continue
-        record = {
-            "instance_id": iid,
-            "repo": f"local/{repo.name}",
-            "base_commit": "",
-            "problem_statement": problem_statement(repo.name, run, f2p),
-            "hints_text": "",
-            "patch": patch,
-            "test_patch": "",
-            "FAIL_TO_PASS": f2p,
-            "PASS_TO_PASS": p2p,
-            "tier": tier,
-            "source_dir": f"{out_dir.name}/{iid}",
-            "test_command": "python -m pytest",
-            "test_files": tests,
-            "synth": {"path": m.path, "line": m.lineno, "kind": m.kind, "seed": seed},
-        }
-        task = Task.parse(record, origin=str(out))
-        tasks.append(task.model_copy(update={"source_dir": task_dir.resolve()}))
-        records.append(record)
-        used_lines.add((m.path, m.lineno))
-        say(f"keep {iid}: {where}; {len(f2p)} failing, {len(p2p)} still passing")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
-    return tasks
+@dataclass(frozen=True)
+class _SynthJob:
+    """What trying one mutation needs: the repository, its baseline run, where tasks are written."""
+
+    repo: Path
+    out: Path
+    out_dir: Path
+    backend: object
+    baseline: TestRun
+    run_timeout: float
+    tests: list[str]
+    slug: str
+    tier: Tier
+    seed: int
+    say: Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class _Kept:
+    """A mutation that became a task: the task (its source the materialized copy) and its JSONL record."""
+
+    task: Task
+    record: dict
+
+
+def _try_mutation(job: _SynthJob, m: Mutation) -> _Kept | None:
+    """Run the tests on the mutated repository; a task when some passing tests now fail and the
+    reverse diff applies to the materialized copy, else None (the reason told to ``job.say``)."""
+    baseline, say = job.baseline, job.say
+    run = run_tests(job.backend, job.repo, edits={m.path: m.mutated}, timeout=job.run_timeout)
+    where = f"{m.path}:{m.lineno} {m.kind} ({m.before!r} -> {m.after!r})"
+    if run.timed_out or not run.outcomes:
+        say(f"skip {where}: {'timed out' if run.timed_out else 'no test report'}")
+        return None
+    if run.unmapped or set(run.outcomes) != set(baseline.outcomes):
+        say(f"skip {where}: tests not collected the same way (collection error)")
+        return None
+    f2p = [t for t in baseline.outcomes if t in baseline.passed and run.outcomes.get(t) != "passed"]
+    p2p = [t for t in baseline.outcomes if t in baseline.passed and run.outcomes.get(t) == "passed"]
+    if not f2p:
+        say(f"skip {where}: no test notices it")
+        return None
+    iid = f"synth__{job.slug}-{m.key}"
+    task_dir = job.out_dir / iid
+    shutil.copytree(job.repo, task_dir, ignore=_COPY_IGNORE)
+    (task_dir / m.path).write_text(m.mutated, encoding="utf-8")
+    patch = reverse_diff(m)
+    check = subprocess.run(["git", "apply", "--check", "-"], input=patch, text=True, cwd=task_dir, capture_output=True)
+    if check.returncode != 0:
+        shutil.rmtree(task_dir)
+        say(f"skip {where}: reverse diff does not apply: {check.stderr.strip()}")
+        return None
+    record = {
+        "instance_id": iid,
+        "repo": f"local/{job.repo.name}",
+        "base_commit": "",
+        "problem_statement": problem_statement(job.repo.name, run, f2p),
+        "hints_text": "",
+        "patch": patch,
+        "test_patch": "",
+        "FAIL_TO_PASS": f2p,
+        "PASS_TO_PASS": p2p,
+        "tier": job.tier,
+        "source_dir": f"{job.out_dir.name}/{iid}",
+        "test_command": "python -m pytest",
+        "test_files": job.tests,
+        "synth": {"path": m.path, "line": m.lineno, "kind": m.kind, "seed": job.seed},
+    }
+    task = Task.parse(record, origin=str(job.out))
+    say(f"keep {iid}: {where}; {len(f2p)} failing, {len(p2p)} still passing")
+    return _Kept(task.model_copy(update={"source_dir": task_dir.resolve()}), record)

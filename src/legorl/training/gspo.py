@@ -1,5 +1,5 @@
 """Policy-gradient objectives: GSPO (sequence ratio), GSPO-token and GRPO (token ratio), and the
-others of the registry (:mod:`legorl.training.objectives`, ``docs/objectives.md``): Dr. GRPO, DAPO,
+others of the registry (:mod:`legorl.objectives`, ``docs/objectives.md``): Dr. GRPO, DAPO,
 CISPO, or a user's. :func:`sample_loss` computes what they share (importance weights, the KL term)
 and calls the objective's function by the name ``LossConfig.objective``.
 
@@ -65,7 +65,7 @@ from typing import Literal
 
 import torch
 
-from legorl.training.objectives import get_policy_loss, group_norm, objective_info
+from legorl.objectives import get_policy_loss, group_norm, objective_info
 from legorl.training.policy_losses import PolicyLoss
 
 Objective = str  # a name in the objectives registry (built-in: gspo, gspo_token, grpo, dr_grpo, dapo, cispo)
@@ -161,7 +161,7 @@ def k3_kl(logp: torch.Tensor, logp_ref: torch.Tensor) -> torch.Tensor:
     return (torch.exp(d) - d - 1).mean()
 
 
-# the estimator ``group_norm`` (:mod:`legorl.training.objectives`), under its historical name
+# the estimator ``group_norm`` (:mod:`legorl.objectives`), under its historical name
 group_advantages = group_norm
 
 

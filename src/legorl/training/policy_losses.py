@@ -1,4 +1,4 @@
-"""The built-in objectives' per-sample losses (registered in :mod:`legorl.training.objectives`;
+"""The built-in objectives' per-sample losses (registered in :mod:`legorl.objectives`;
 formulas and references in ``docs/objectives.md``).
 
 Each takes one sample's tensors over its loss-masked positions only: ``logp`` (π_θ, with grad),
@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from legorl.training.objectives import register_policy_loss
+from legorl.objectives import register_policy_loss
 
 if TYPE_CHECKING:
     from legorl.training.gspo import LossConfig

@@ -1,4 +1,4 @@
-"""Trajectories: Turn/Sample/Rollout records, token alignment, the run store and export."""
+"""Trajectories: Turn/Sample/Rollout records, the run store and export."""
 
 from legorl.lazy import lazy_exports
 

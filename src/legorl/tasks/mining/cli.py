@@ -6,11 +6,15 @@ Only typer and rich at module level; the miner loads inside the command.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
+
+if TYPE_CHECKING:
+    from legorl.tasks.mining.pipeline import MineOptions, MiningReport
 
 console = Console(stderr=True)
 
@@ -98,17 +102,10 @@ def mine_command(
     """Mine training tasks from real repositories: commits that fix code and tests together, and bugs
     injected into functions the tests cover; each validated in a sandbox, decontaminated against
     SWE-bench and deduplicated (docs/tasks.md)."""
-    from legorl.errors import ConfigError
-    from legorl.tasks.cli import split_list
-    from legorl.tasks.mining.pipeline import METHODS, MineOptions, mine
-    from legorl.tasks.mining.suite import REPORT_FILE, SUITE_FILE, suite_dir
+    from legorl.tasks.mining.pipeline import MineOptions
 
-    chosen = split_list(methods) or list(METHODS)
-    unknown = [m for m in chosen if m not in METHODS]
-    if unknown:
-        raise ConfigError(f"--method {unknown[0]!r}: choose from {', '.join(METHODS)}")
     options = MineOptions(
-        methods=chosen,
+        methods=_methods(methods),
         seed=seed,
         workers=workers,
         per_function=per_function,
@@ -127,6 +124,28 @@ def mine_command(
         dedup_against=[str(Path(p).expanduser()) for p in dedup_against or []],
         dedup_mined=dedup_mined,
     )
+    _mine_and_report(sources, out, options)
+
+
+def _methods(methods: list[str] | None) -> list[str]:
+    """The ``--method`` values (repeated or comma-separated; none: every method), checked."""
+    from legorl.errors import ConfigError
+    from legorl.tasks.cli import split_list
+    from legorl.tasks.mining.pipeline import METHODS
+
+    chosen = split_list(methods) or list(METHODS)
+    unknown = [m for m in chosen if m not in METHODS]
+    if unknown:
+        raise ConfigError(f"--method {unknown[0]!r}: choose from {', '.join(METHODS)}")
+    return chosen
+
+
+def _mine_and_report(sources: list[str], out: str, options: MineOptions) -> None:
+    """Mine with progress bars, then print the per-source table, the errors and the totals; exit 1
+    when no task was kept."""
+    from legorl.tasks.mining.pipeline import mine
+    from legorl.tasks.mining.suite import REPORT_FILE, SUITE_FILE, suite_dir
+
     directory = suite_dir(out)
     columns = (
         TextColumn("{task.description}"),
@@ -137,6 +156,24 @@ def mine_command(
     )
     with Progress(*columns, console=console, transient=False, disable=not console.is_terminal) as bar:
         report = mine(sources, directory, options, RichProgress(bar))
+    console.print(_report_table(report, directory))
+    for src in report.sources:
+        for err in src.errors:
+            console.print(f"{src.source}: {err}", markup=False, soft_wrap=True)
+    total = report.totals.get("tasks", 0)
+    console.print(
+        f"{total} tasks in {directory / SUITE_FILE}; report: {directory / REPORT_FILE}; "
+        f"runs: {report.runs.get('cache_hits', 0)} from the cache, {report.runs.get('cache_misses', 0)} run; "
+        f"{report.wall_s:.0f}s",
+        markup=False,
+        soft_wrap=True,
+    )
+    if not total:
+        raise typer.Exit(1)
+
+
+def _report_table(report: MiningReport, directory: Path) -> Table:
+    """One row per source and method: candidates, exclusions, duplicates, validated, kept."""
     table = Table(title=f"mined into {directory}")
     for col in ("source", "method", "candidates", "excluded", "duplicates", "validated", "kept", "share"):
         table.add_column(col, justify="left" if col in ("source", "method") else "right")
@@ -153,17 +190,4 @@ def mine_command(
                 str(m.kept),
                 share,
             )
-    console.print(table)
-    for src in report.sources:
-        for err in src.errors:
-            console.print(f"{src.source}: {err}", markup=False, soft_wrap=True)
-    total = report.totals.get("tasks", 0)
-    console.print(
-        f"{total} tasks in {directory / SUITE_FILE}; report: {directory / REPORT_FILE}; "
-        f"runs: {report.runs.get('cache_hits', 0)} from the cache, {report.runs.get('cache_misses', 0)} run; "
-        f"{report.wall_s:.0f}s",
-        markup=False,
-        soft_wrap=True,
-    )
-    if not total:
-        raise typer.Exit(1)
+    return table

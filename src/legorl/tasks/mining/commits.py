@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
 
-from legorl.grading.rules import TEST_DIRS, PathKind, classify_path, is_test_module, is_test_suite_file
+from legorl.rules import TEST_DIRS, PathKind, classify_path, is_test_module, is_test_suite_file
 from legorl.tasks.mining.sources import run_git
 
 _FIELD = "\x1e"

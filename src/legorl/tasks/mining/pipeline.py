@@ -56,7 +56,7 @@ from typing import Any, Literal, Protocol, TypeVar
 from pydantic import BaseModel, Field
 
 from legorl.errors import LegoRLError, TaskError
-from legorl.grading.rules import is_test_suite_file
+from legorl.rules import is_test_suite_file
 from legorl.sandbox.git import git_argv, host_git_env
 from legorl.tasks.mining import cpu as cpu_meter
 from legorl.tasks.mining import env as mining_env
@@ -263,6 +263,28 @@ def _order(items: list[Mutant], seed: int, repo: str) -> list[Mutant]:
 
 def _test_file(nodeid: str) -> str:
     return nodeid.split("::", 1)[0]
+
+
+# a candidate as ordered_validation sees it: (mutant, instance id, gold patch, dedup keys)
+_MutantItem = tuple[Mutant, str, str, list[str]]
+# (commit, instance id, gold patch, test patch, dedup keys)
+_CommitItem = tuple[CommitCandidate, str, str, str, list[str]]
+
+
+@dataclass(frozen=True)
+class _MutationBase:
+    """The head of a source as every mutant of it is validated: its snapshot in the suite, its
+    environment, its stable tests and which tests run each function."""
+
+    commit: str
+    snapshot: Path  # relative to the suite directory
+    tree_id: str
+    tree: Path
+    env: TaskEnvironment | None
+    durations: dict[str, float]
+    stable: set[str]
+    covering: dict[tuple[str, str], set[str]]
+    test_files: list[str]
 
 
 class Miner:
@@ -504,6 +526,33 @@ class Miner:
     # -- mutations ----------------------------------------------------------------------------------
     def _mutations(self, source: MiningSource, rep: SourceReport) -> None:
         mrep = rep.methods.setdefault("mutations", MethodReport())
+        base = self._mutation_baseline(source, rep)
+        candidates = [
+            m
+            for rel in source_files(base.tree)
+            for m in mutants(base.tree, rel)
+            if (m.path, m.function) in base.covering
+        ]
+        mrep.candidates = len(candidates)
+        ordered = self._mutation_candidates(source, mrep, base, candidates)
+
+        def commit_verdict(_i: int, item: _MutantItem, verdict: Verdict | None) -> None:
+            self._commit_verdict(mrep, item[1], item[3], verdict)
+
+        self.progress.phase(f"{source.repo}: mutations", len(ordered))
+        ordered_validation(
+            ordered,
+            lambda item: self._validate_mutant(source, base, item),
+            lambda item: f"{item[0].path}::{item[0].function}",
+            per_group=self.options.per_function,
+            max_kept=self.options.max_mutations,
+            workers=self.options.workers,
+            on_commit=commit_verdict,
+        )
+
+    def _mutation_baseline(self, source: MiningSource, rep: SourceReport) -> _MutationBase:
+        """The head's snapshot and environment, its test runs (plain and with the coverage probe, into
+        ``rep.baseline``) and which tests run each function; TaskError when no test passes."""
         commit = source.head
         snapshot, tree_id = self._snapshot(source, commit)
         tree = self.out / snapshot
@@ -533,93 +582,96 @@ class Miner:
                 f"no test passes at {commit[:12]} ({len(plain.tests)} run; {plain.problem or 'all failing'})"
             )
         covering = self._coverage(tree, probed)
-        candidates = [m for rel in source_files(tree) for m in mutants(tree, rel) if (m.path, m.function) in covering]
-        mrep.candidates = len(candidates)
+        test_files = sorted({p for p in self._tree_files(tree) if is_test_suite_file(p)})
+        return _MutationBase(commit, snapshot, tree_id, tree, env, plain.durations, stable, covering, test_files)
+
+    def _mutation_candidates(
+        self, source: MiningSource, mrep: MethodReport, base: _MutationBase, candidates: list[Mutant]
+    ) -> list[_MutantItem]:
+        """The mutants in the seed's order, less the decontaminated and the duplicates, with their
+        instance ids, gold patches and dedup keys."""
         ordered = []
         for m in _order(candidates, self.options.seed, source.repo):
             iid = f"{source.repo.replace('/', '__')}.mut-{m.digest}"
             if self._excluded(source, mrep, iid, {(m.path, m.function)}):
                 continue
             gold = reverse_diff(
-                Mutation(m.path, m.line, m.kind, m.before, m.after, self._text(tree, m.path), m.mutated)
+                Mutation(m.path, m.line, m.kind, m.before, m.after, self._text(base.tree, m.path), m.mutated)
             )
             keys = [f"mutation:{source.repo.lower()}:{m.key}", f"diff:{diff_key(gold)}"]
             if not self._duplicate(mrep, iid, keys):
                 ordered.append((m, iid, gold, keys))
-        durations = plain.durations
-        test_files = sorted({p for p in self._tree_files(tree) if is_test_suite_file(p)})
+        return ordered
 
-        def validate(item: tuple[Mutant, str, str, list[str]]) -> Verdict:
-            m = item[0]
-            selected = covering[(m.path, m.function)]  # test files and test ids
-            spec = RunSpec(
-                source.git_dir,
-                commit,
-                tree_id,
-                env,
-                edits=((m.path, m.mutated),),
-                tests=tuple(sorted(selected)) if GLOBAL not in selected else (),
-                timeout=self.options.timeout,
-                max_fail=self.options.max_fail + 1,
-            )
-            before = run_tests(spec, self.backend, self.cache)
-            spent = 0.0 if before.cached else before.seconds
-            if not before.ok:
-                return Verdict(False, f"environment: {before.problem}"[:120], run_seconds=spent)
+    def _validate_mutant(self, source: MiningSource, base: _MutationBase, item: _MutantItem) -> Verdict:
+        """Run the tests that cover the mutant's function on the mutated tree; kept when some stable
+        tests break (at most ``max_fail``) and the grader confirms the task."""
+        m = item[0]
+        selected = base.covering[(m.path, m.function)]  # test files and test ids
+        spec = RunSpec(
+            source.git_dir,
+            base.commit,
+            base.tree_id,
+            base.env,
+            edits=((m.path, m.mutated),),
+            tests=tuple(sorted(selected)) if GLOBAL not in selected else (),
+            timeout=self.options.timeout,
+            max_fail=self.options.max_fail + 1,
+        )
+        before = run_tests(spec, self.backend, self.cache)
+        spent = 0.0 if before.cached else before.seconds
+        if not before.ok:
+            return Verdict(False, f"environment: {before.problem}"[:120], run_seconds=spent)
 
-            def ran(test: str) -> bool:
-                return GLOBAL in selected or test in selected or _test_file(test) in selected
+        def ran(test: str) -> bool:
+            return GLOBAL in selected or test in selected or _test_file(test) in selected
 
-            f2p = sorted(t for t in stable if ran(t) and before.tests.get(t) != "passed")
-            if not f2p:
-                return Verdict(False, "no test breaks", run_seconds=spent)
-            if len(f2p) > self.options.max_fail:
-                return Verdict(False, f"more than {self.options.max_fail} tests break", run_seconds=spent)
-            f2p_files = {_test_file(t) for t in f2p}
-            p2p = sorted(t for t in stable if ran(t) and _test_file(t) in f2p_files and before.tests.get(t) == "passed")
-            verdict = Verdict(True, f2p=f2p, p2p=p2p, before=before, run_seconds=spent)
-            m, iid, gold, keys = item
-            files_changed, lines = diff_size(gold)
-            verdict.task = Task(
-                instance_id=iid,
-                repo=source.repo,
-                base_commit=commit,
-                patch=gold,
-                problem_statement=_statement(source.repo, verdict),
-                FAIL_TO_PASS=f2p,
-                PASS_TO_PASS=p2p,
-                environment_setup_commit=commit,
-                source_dir=self._mutant_tree(snapshot, iid, m.path, m.mutated),
-                test_files=test_files,
-                environment=env,
-                mined=MinedInfo(
-                    method="mutation",
-                    source=source.label,
-                    snapshot=commit,
-                    mutation=m.kind,
-                    functions=[f"{m.path}::{m.function}"],
-                    files_changed=files_changed,
-                    lines_changed=lines,
-                    fail_to_pass=len(f2p),
-                    pass_to_pass=len(p2p),
-                    test_seconds=round(sum(durations.get(t, 0.0) for t in stable if _test_file(t) in f2p_files), 2),
-                    dedup_keys=keys,
+        f2p = sorted(t for t in base.stable if ran(t) and before.tests.get(t) != "passed")
+        if not f2p:
+            return Verdict(False, "no test breaks", run_seconds=spent)
+        if len(f2p) > self.options.max_fail:
+            return Verdict(False, f"more than {self.options.max_fail} tests break", run_seconds=spent)
+        f2p_files = {_test_file(t) for t in f2p}
+        p2p = sorted(
+            t for t in base.stable if ran(t) and _test_file(t) in f2p_files and before.tests.get(t) == "passed"
+        )
+        verdict = Verdict(True, f2p=f2p, p2p=p2p, before=before, run_seconds=spent)
+        verdict.task = self._mutant_task(source, base, item, verdict)
+        return self._confirmed(verdict, base.tree_id)
+
+    def _mutant_task(self, source: MiningSource, base: _MutationBase, item: _MutantItem, verdict: Verdict) -> Task:
+        """The task of a mutant that broke ``verdict.f2p`` (its tree written into the suite)."""
+        m, iid, gold, keys = item
+        f2p, p2p = verdict.f2p, verdict.p2p
+        f2p_files = {_test_file(t) for t in f2p}
+        files_changed, lines = diff_size(gold)
+        return Task(
+            instance_id=iid,
+            repo=source.repo,
+            base_commit=base.commit,
+            patch=gold,
+            problem_statement=_statement(source.repo, verdict),
+            FAIL_TO_PASS=f2p,
+            PASS_TO_PASS=p2p,
+            environment_setup_commit=base.commit,
+            source_dir=self._mutant_tree(base.snapshot, iid, m.path, m.mutated),
+            test_files=base.test_files,
+            environment=base.env,
+            mined=MinedInfo(
+                method="mutation",
+                source=source.label,
+                snapshot=base.commit,
+                mutation=m.kind,
+                functions=[f"{m.path}::{m.function}"],
+                files_changed=files_changed,
+                lines_changed=lines,
+                fail_to_pass=len(f2p),
+                pass_to_pass=len(p2p),
+                test_seconds=round(
+                    sum(base.durations.get(t, 0.0) for t in base.stable if _test_file(t) in f2p_files), 2
                 ),
-            )
-            return self._confirmed(verdict, tree_id)
-
-        def commit_verdict(_i: int, item: tuple[Mutant, str, str, list[str]], verdict: Verdict | None) -> None:
-            self._commit_verdict(mrep, item[1], item[3], verdict)
-
-        self.progress.phase(f"{source.repo}: mutations", len(ordered))
-        ordered_validation(
-            ordered,
-            validate,
-            lambda item: f"{item[0].path}::{item[0].function}",
-            per_group=self.options.per_function,
-            max_kept=self.options.max_mutations,
-            workers=self.options.workers,
-            on_commit=commit_verdict,
+                dedup_keys=keys,
+            ),
         )
 
     def _commit_verdict(self, mrep: MethodReport, iid: str, keys: list[str], verdict: Verdict | None) -> None:
@@ -719,9 +771,30 @@ class Miner:
         )
         crep.skipped = dict(sorted(scan.skipped.items()))
         crep.candidates = len(scan.candidates)
+        ordered = self._commit_candidates(source, crep, scan.candidates)
+
+        def commit_verdict(_i: int, item: _CommitItem, verdict: Verdict | None) -> None:
+            self._commit_verdict(crep, item[1], item[4], verdict)
+
+        self.progress.phase(f"{source.repo}: commits", len(ordered))
+        ordered_validation(
+            ordered,
+            lambda item: self._validate_commit(source, item),
+            lambda item: item[1],
+            per_group=1,
+            max_kept=self.options.max_commits,
+            workers=self.options.workers,
+            on_commit=commit_verdict,
+        )
+
+    def _commit_candidates(
+        self, source: MiningSource, crep: MethodReport, candidates: list[CommitCandidate]
+    ) -> list[_CommitItem]:
+        """The commits with a test module to run, less the decontaminated and the duplicates, with
+        their instance ids, gold and test patches and dedup keys."""
         git = source.git_dir
         ordered = []
-        for c in scan.candidates:
+        for c in candidates:
             iid = f"{source.repo.replace('/', '__')}.commit-{c.sha[:12]}"
             if not c.run_files:
                 crep.skipped["no test module to run"] = crep.skipped.get("no test module to run", 0) + 1
@@ -744,79 +817,71 @@ class Miner:
             keys = [f"diff:{diff_key(gold)}"]
             if not self._duplicate(crep, iid, keys):
                 ordered.append((c, iid, gold, tests, keys))
+        return ordered
 
-        def validate(item: tuple[CommitCandidate, str, str, str, list[str]]) -> Verdict:
-            c = item[0]
-            try:
-                env = self.environment(source, c.parent)
-            except TaskError as exc:
-                return Verdict(False, "environment: " + _short(str(exc)))
-            tree_id = run_git(["rev-parse", f"{c.parent}^{{tree}}"], git).strip()
-            try:
-                test_edits = tuple((p, self._file_at(git, c.sha, p)) for p in c.test_side)
-                gold_edits = tuple((p, self._file_at(git, c.sha, p)) for p in c.source_files)
-            except UnicodeDecodeError:
-                return Verdict(False, "a changed file is not UTF-8 text")
-            spec = RunSpec(
-                git, c.parent, tree_id, env, edits=test_edits, tests=c.run_files, timeout=self.options.timeout
-            )
-            before = run_tests(spec, self.backend, self.cache)
-            after = run_tests(replace(spec, edits=test_edits + gold_edits), self.backend, self.cache)
-            spent = sum(r.seconds for r in (before, after) if not r.cached)
-            for r in (before, after):
-                if not r.ok:
-                    return Verdict(False, "environment: " + _short(r.problem), run_seconds=spent)
-            f2p = sorted(after.passed - before.passed)
-            if not f2p:
-                return Verdict(False, "no test fails before and passes after", run_seconds=spent)
-            p2p = sorted(after.passed & before.passed)
-            verdict = Verdict(True, f2p=f2p, p2p=p2p, before=before, after=after, run_seconds=spent)
-            _, iid, gold, tests, keys = item
-            snapshot, _ = self._snapshot(source, c.parent)
-            files_changed, lines = diff_size(gold)
-            verdict.task = Task(
-                instance_id=iid,
-                repo=source.repo,
-                base_commit=c.parent,
-                patch=gold,
-                test_patch=tests,
-                problem_statement=_statement(source.repo, verdict),
-                FAIL_TO_PASS=f2p,
-                PASS_TO_PASS=p2p,
-                environment_setup_commit=c.parent,
-                source_dir=snapshot,
-                test_files=sorted({p for p in self._tree_files(self.out / snapshot) if is_test_suite_file(p)}),
-                environment=env,
-                mined=MinedInfo(
-                    method="commit",
-                    source=source.label,
-                    snapshot=c.parent,
-                    commit=c.sha,
-                    functions=sorted(f"{p}::{q}" for p, q in edited_functions(gold, self._reader(git, c.parent))),
-                    files_changed=files_changed,
-                    lines_changed=lines,
-                    fail_to_pass=len(f2p),
-                    pass_to_pass=len(p2p),
-                    test_seconds=round(sum(after.durations.get(t, 0.0) for t in after.tests), 2),
-                    dedup_keys=keys,
-                ),
-            )
-            return self._confirmed(verdict, tree_id)
+    def _validate_commit(self, source: MiningSource, item: _CommitItem) -> Verdict:
+        """Run the commit's test modules at its parent with its new tests, without and with its fix;
+        kept when some tests fail before and pass after and the grader confirms the task."""
+        c, git = item[0], source.git_dir
+        try:
+            env = self.environment(source, c.parent)
+        except TaskError as exc:
+            return Verdict(False, "environment: " + _short(str(exc)))
+        tree_id = run_git(["rev-parse", f"{c.parent}^{{tree}}"], git).strip()
+        try:
+            test_edits = tuple((p, self._file_at(git, c.sha, p)) for p in c.test_side)
+            gold_edits = tuple((p, self._file_at(git, c.sha, p)) for p in c.source_files)
+        except UnicodeDecodeError:
+            return Verdict(False, "a changed file is not UTF-8 text")
+        spec = RunSpec(git, c.parent, tree_id, env, edits=test_edits, tests=c.run_files, timeout=self.options.timeout)
+        before = run_tests(spec, self.backend, self.cache)
+        after = run_tests(replace(spec, edits=test_edits + gold_edits), self.backend, self.cache)
+        spent = sum(r.seconds for r in (before, after) if not r.cached)
+        for r in (before, after):
+            if not r.ok:
+                return Verdict(False, "environment: " + _short(r.problem), run_seconds=spent)
+        f2p = sorted(after.passed - before.passed)
+        if not f2p:
+            return Verdict(False, "no test fails before and passes after", run_seconds=spent)
+        p2p = sorted(after.passed & before.passed)
+        verdict = Verdict(True, f2p=f2p, p2p=p2p, before=before, after=after, run_seconds=spent)
+        verdict.task = self._commit_task(source, item, verdict, env, after)
+        return self._confirmed(verdict, tree_id)
 
-        def commit_verdict(
-            _i: int, item: tuple[CommitCandidate, str, str, str, list[str]], verdict: Verdict | None
-        ) -> None:
-            self._commit_verdict(crep, item[1], item[4], verdict)
-
-        self.progress.phase(f"{source.repo}: commits", len(ordered))
-        ordered_validation(
-            ordered,
-            validate,
-            lambda item: item[1],
-            per_group=1,
-            max_kept=self.options.max_commits,
-            workers=self.options.workers,
-            on_commit=commit_verdict,
+    def _commit_task(
+        self, source: MiningSource, item: _CommitItem, verdict: Verdict, env: TaskEnvironment | None, after: RunResult
+    ) -> Task:
+        """The task of a commit whose fix made ``verdict.f2p`` pass (its parent's snapshot the source)."""
+        c, iid, gold, tests, keys = item
+        git = source.git_dir
+        snapshot, _ = self._snapshot(source, c.parent)
+        files_changed, lines = diff_size(gold)
+        return Task(
+            instance_id=iid,
+            repo=source.repo,
+            base_commit=c.parent,
+            patch=gold,
+            test_patch=tests,
+            problem_statement=_statement(source.repo, verdict),
+            FAIL_TO_PASS=verdict.f2p,
+            PASS_TO_PASS=verdict.p2p,
+            environment_setup_commit=c.parent,
+            source_dir=snapshot,
+            test_files=sorted({p for p in self._tree_files(self.out / snapshot) if is_test_suite_file(p)}),
+            environment=env,
+            mined=MinedInfo(
+                method="commit",
+                source=source.label,
+                snapshot=c.parent,
+                commit=c.sha,
+                functions=sorted(f"{p}::{q}" for p, q in edited_functions(gold, self._reader(git, c.parent))),
+                files_changed=files_changed,
+                lines_changed=lines,
+                fail_to_pass=len(verdict.f2p),
+                pass_to_pass=len(verdict.p2p),
+                test_seconds=round(sum(after.durations.get(t, 0.0) for t in after.tests), 2),
+                dedup_keys=keys,
+            ),
         )
 
     @staticmethod

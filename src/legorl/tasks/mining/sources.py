@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Literal
 
 from legorl.errors import TaskError
-from legorl.grading.rules import is_test_module
+from legorl.rules import is_test_module
 from legorl.sandbox.git import git_argv, host_git_env
 from legorl.settings import legorl_home
 

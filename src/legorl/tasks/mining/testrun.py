@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from legorl.errors import LegoRLError
-from legorl.grading.defenses import BLOCKED_PLUGINS
+from legorl.rules import BLOCKED_PLUGINS
 from legorl.sandbox.base import WORKSPACE, SandboxBackend, SandboxSpec
 from legorl.tasks.environment import env_recipe
 from legorl.tasks.mining.sources import mining_root

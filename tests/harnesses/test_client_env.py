@@ -1,11 +1,11 @@
-"""``legorl gateway``'s client environment lines (legorl.gateway.client_env)."""
+"""``legorl gateway``'s client environment lines (legorl.harnesses.client_env)."""
 
 from __future__ import annotations
 
 import json
 import shlex
 
-from legorl.gateway.client_env import client_envs, format_client_envs
+from legorl.harnesses.client_env import client_envs, format_client_envs
 from legorl.harnesses.registry import HARNESS_NAMES
 
 

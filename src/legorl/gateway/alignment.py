@@ -82,7 +82,7 @@ class HeldSegment:
 
     segment_index: int
     messages: list[Message]  # held messages (held copies of earlier turns) + the returned assistant message
-    tools: list[dict] | None
+    tools: list[dict[str, Any]] | None
     token_ids: list[int]  # prompt + output of the latest turn, verbatim
     bridge_text: str  # text closing the sampled assistant turn (see module doc)
     last_turn_index: int = -1
@@ -145,9 +145,14 @@ class ThreadState:
     parent_thread_id: str | None = None
     active_segment: int | None = None  # the chain the thread's main agent is on (side segments never are)
     version: int = 0  # bumped on every commit
-    _cache: tuple | None = field(default=None, repr=False)
+    # (version, messages, tools, renderer, alignment) of the last align()
+    _cache: tuple[int, Sequence[Message], Sequence[dict[str, Any]] | None, Renderer, Alignment] | None = field(
+        default=None, repr=False
+    )
 
-    def align(self, renderer: Renderer, messages: Sequence[Message], tools: Sequence[dict] | None) -> Alignment:
+    def align(
+        self, renderer: Renderer, messages: Sequence[Message], tools: Sequence[dict[str, Any]] | None
+    ) -> Alignment:
         c = self._cache
         if c is not None and c[0] == self.version and c[1] is messages and c[2] is tools and c[3] is renderer:
             return c[4]
@@ -165,7 +170,7 @@ class ThreadState:
         self,
         alignment: Alignment,
         messages: Sequence[Message],
-        tools: Sequence[dict] | None,
+        tools: Sequence[dict[str, Any]] | None,
         assistant: Message,
         output_token_ids: Sequence[int],
         bridge_text: str,
@@ -221,10 +226,10 @@ def _args_equal(a: Any, b: Any) -> bool:
     a, b = _parsed(a), _parsed(b)
     if isinstance(a, str) and isinstance(b, str):
         return "".join(a.split()) == "".join(b.split())
-    return a == b
+    return bool(a == b)
 
 
-def _match_calls(held: list[dict], new: list[dict]) -> list[int] | None:
+def _match_calls(held: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[int] | None:
     """new[j] matches held[perm[j]] (by name + parsed arguments), or None."""
     if len(held) != len(new):
         return None
@@ -343,7 +348,7 @@ def compare_prefix(
 
 
 def try_extend(
-    seg: HeldSegment, renderer: Renderer, messages: Sequence[Message], tools: Sequence[dict] | None
+    seg: HeldSegment, renderer: Renderer, messages: Sequence[Message], tools: Sequence[dict[str, Any]] | None
 ) -> tuple[Alignment | None, str]:
     """Extend or realign ``seg`` with ``messages`` -> (alignment, "") or (None, why not)."""
     ok, why, realigned, notes = compare_prefix(seg, renderer, messages)
@@ -393,7 +398,7 @@ def _common_prefix(held: Sequence[Message], new: Sequence[Message]) -> int:
 
 
 def classify_fork(
-    state: ThreadState, messages: Sequence[Message], tools: Sequence[dict] | None
+    state: ThreadState, messages: Sequence[Message], tools: Sequence[dict[str, Any]] | None
 ) -> tuple[str, HeldSegment | None, int]:
     """-> (segment_kind, parent segment, common message prefix with it)."""
     best: HeldSegment | None = None
@@ -433,7 +438,7 @@ def _drops_every_sampled_turn(held: Sequence[Message], new: Sequence[Message], c
 
 
 def align(
-    state: ThreadState, renderer: Renderer, messages: Sequence[Message], tools: Sequence[dict] | None
+    state: ThreadState, renderer: Renderer, messages: Sequence[Message], tools: Sequence[dict[str, Any]] | None
 ) -> Alignment:
     """Match a request against a thread's held segments (newest first); see the module doc."""
     if not state.segments:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from legorl.config import CONFIGS_DIR
-from legorl.observe.validate import Injected, report, validate
+from legorl.loop.validate import Injected, report, validate
 from legorl.tasks.loader import get_task
 
 DEMO = CONFIGS_DIR / "demo.json"
@@ -139,7 +139,7 @@ def test_sandbox_backend_leaving_the_network_reachable_is_fatal(tmp_path):
             sb.__class__ = LeakySandbox
             return sb
 
-    from legorl.observe.validate import Validator
+    from legorl.loop.validate import Validator
 
     val = Validator(DEMO, inject=Injected(backend=LeakyBackend()), sample_tasks=1)
     val.run(structure_only=True)
@@ -155,8 +155,8 @@ def test_engine_serving_another_model_is_fatal():
     import torch
 
     from legorl.engines.embedded import EmbeddedEngine
+    from legorl.loop.validate import Validator
     from legorl.models.registry import resolve_model
-    from legorl.observe.validate import Validator
 
     engine = EmbeddedEngine.from_pretrained(str(resolve_model("smollm2-135m")))
     weights = {k: v + 0.02 * torch.randn_like(v) if v.dim() == 2 else v for k, v in engine.model.state_dict().items()}

@@ -54,6 +54,32 @@ PYTEST_CONFIG_WORDS = re.compile(
     r"confcutdir|rootdir|\[tool:|\[tox|\[testenv",
     re.I,
 )
+# pytest plugins every hardened test run disables (the grader's, mining's probe runs): each changes
+# which tests run, in what order or how often, or keeps state between runs.
+BLOCKED_PLUGINS = (
+    "cacheprovider",
+    "stepwise",
+    "pastebin",
+    "rerunfailures",
+    "flaky",
+    "xdist",
+    "xdist.plugin",
+    "randomly",
+    "forked",
+    "pytest_randomly",
+    "sugar",
+    "instafail",
+    "timeout",
+)
+# SymPy's own test runner, in every version SWE-bench covers: test infrastructure, protected like the
+# tests (legorl.grading.sympy_runner runs it; legorl.tasks.swebench lists those a checkout has).
+SYMPY_RUNNER_FILES = (
+    "bin/test",
+    "sympy/testing/runtests.py",
+    "sympy/utilities/runtests.py",
+    "sympy/testing/pytest.py",
+    "sympy/utilities/pytest.py",
+)
 
 
 class PathKind(StrEnum):

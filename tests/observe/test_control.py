@@ -12,7 +12,7 @@ import time
 import pytest
 
 from legorl.config import RunConfig
-from legorl.loop.control import CONTROL_NAME, read_control, wait_while_paused, write_control
+from legorl.observe.control import CONTROL_NAME, read_control, wait_while_paused, write_control
 from legorl.observe.status import format_summary, run_summary
 from legorl.trajectory.store import RunStore
 

@@ -8,12 +8,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from legorl.gateway.alignment import ThreadState, messages_extend
 from legorl.gateway.renderer import (
     ChatTemplateRenderer,
     load_smollm2_gguf_tokenizer,
     normalize_messages,
 )
-from legorl.trajectory.alignment import ThreadState, messages_extend
 from legorl.trajectory.builder import build_samples
 from legorl.trajectory.records import Turn
 

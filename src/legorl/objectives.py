@@ -1,16 +1,16 @@
 """The registries of policy-gradient objectives and advantage estimators, chosen by name in the config
 (``trainer.objective``, ``trainer.advantage``); formulas and references in ``docs/objectives.md``.
 
-This module imports nothing of ML (the config validates names against it, and ``legorl --help``
-must stay instant): the built-in objectives are *declared* here with what the config needs to know
-about them, and their torch implementations (:mod:`legorl.training.policy_losses`) are imported on
-the first :func:`get_policy_loss`. The advantage estimators are plain Python and live here.
+This module imports nothing of ML and nothing of LEGO-RL: the config validates names against it (so
+it sits below the config, outside the training package) and ``legorl --help`` must stay instant. The
+built-in objectives are *declared* here with what the config needs to know about them, and their torch
+implementations (:mod:`legorl.training.policy_losses`) are imported on the first :func:`get_policy_loss`. The advantage estimators are plain Python and live here.
 
 A user's objective or estimator registers from a module named in ``trainer.objective_module``,
 imported when the config is validated (so its names validate, in every process that loads the
 config, FSDP ranks included)::
 
-    from legorl.training.objectives import register_advantage, register_policy_loss
+    from legorl.objectives import register_advantage, register_policy_loss
     from legorl.training.policy_losses import PolicyLoss
 
     @register_policy_loss("my_pg", is_level="token")
