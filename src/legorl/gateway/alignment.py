@@ -1,59 +1,16 @@
 """Token-exact alignment of a new request against the tokens a thread already holds (pure, no HTTP).
 
-A thread holds one or more *segments*. Each segment keeps the exact token sequence of its last
-turn (prompt + sampled output), the normalised message list it stands for (request messages +
-the assistant reply the gateway returned), the tools it was rendered with and, for every
-assistant message the policy sampled, the sampled token ids.
+A thread (:class:`ThreadState`) holds one or more segments (:class:`HeldSegment`): the exact tokens
+of the last turn, the messages they stand for, the tools, and the sampled ids of every assistant
+turn. :func:`align` returns an :class:`Alignment` of kind **extend** (the request continues a
+segment and its assistant turns come back unchanged), **realign** (the same, with turns
+re-serialized by the harness), **fork** (a new segment, classified ``side``, ``compaction``,
+``rebuild``, ``retry`` or ``tools_changed``) or **start** (a thread's first request). Invariant:
+on extend and realign the held (sampled) token ids are the prompt's prefix verbatim; they are never
+re-tokenized. :class:`ThreadState` is not thread-safe (the gateway serialises a thread's requests);
+``align`` results are cached per state version.
 
-For a new request (normalised messages + tools), :func:`align` tries, newest segment first:
-
-* **extend** — the request's messages start with the segment's held messages, the tools are equal
-  and every held assistant turn comes back *unchanged*: either exactly as the gateway returned
-  it (:func:`~legorl.gateway.renderer.returned_unchanged`: the same content string and tool calls,
-  the arguments string as returned or the same parsed object — what a harness that echoes the
-  response sends, whatever the model sampled: stripped whitespace, dropped special tokens,
-  U+FFFD for invalid UTF-8, re-spelled tool-call JSON; see the renderer's "Round trip") or as the
-  model emitted it (its rendering in the request equals the sampled text). The held messages
-  replace the request's copy of that prefix, the full conversation is rendered to text, the
-  rendered held conversation must be a text prefix of it, and only the remaining text is
-  tokenized::
-
-      prompt = held_tokens + encode(bridge + suffix_text)
-
-  where ``bridge`` closes the sampled assistant turn (ChatML: ``"\\n"`` after a sampled
-  ``<|im_end|>``, ``"<|im_end|>\\n"`` after a turn cut by ``max_tokens``). Held tokens are reused
-  verbatim: what the policy sampled is never re-tokenized.
-* **realign** — the same, except that one or more held assistant turns (any of them, not only the
-  last) come back *re-serialized*: the harness re-spelled them (tool-call JSON compacted or
-  re-spaced, keys reordered, parsed tool inputs re-dumped, tool calls reordered, whitespace in
-  the text changed) so the request's copy of that turn is neither what the gateway returned nor
-  what the model emitted. The turn is still the same turn — same tool calls by name + parsed
-  arguments (compared as values), same text modulo whitespace — so the held (sampled) tokens are kept verbatim as the prefix and only
-  the new messages are rendered as the suffix, exactly like extend. The event's ``reason`` says
-  what differed (``"msg 3 (assistant): tool call 0 'bash' arguments key order"``).
-* **fork** — anything else: render from scratch, new segment (``segment_index`` = next free one).
-  The fork is classified in ``AlignmentEvent.segment_kind``:
-
-  - ``side``: a side request (title, summary, ...) — different system prompt and/or no tools
-    while the thread's chain has tools; it never breaks the main chain (the main segment stays
-    held and the next main request extends it);
-  - ``compaction``: same system prompt and tools, but the history was replaced by a shorter one
-    (no common message prefix beyond the system prompt), or by the opening messages (those before
-    the chain's first assistant turn) plus new ones, without any turn of the model (Codex);
-  - ``rebuild``: same system prompt and tools, history diverges after a common prefix (edited
-    user text, different tool results, rewritten assistant turn);
-  - ``retry``: the request is a prefix of the held conversation (a re-sent earlier request);
-  - ``tools_changed``: same conversation, different tool set.
-
-  ``parent_segment_index`` / ``forked_from_turn`` link the new segment to the segment it forked
-  from (the one sharing the longest message prefix, else the thread's active chain).
-
-The first request of a thread is a **start** (segment 0, ``segment_kind`` ``main``, or
-``subagent`` when the thread has a parent thread).
-
-:class:`ThreadState` is the mutable per-thread holder the gateway keeps (it is not thread-safe:
-the gateway serialises requests of one thread). ``align`` results are cached per state version,
-so the session router can align a request against a thread and the gateway reuse that result.
+Design (the rules of each kind, the bridge, fork classification): docs/gateway.md#alignment
 """
 
 from __future__ import annotations

@@ -1,64 +1,17 @@
 """The gateway: an LLM proxy that owns tokenization and records every call as a Turn.
 
-Layers:
+:class:`Gateway` serves the dialects of :mod:`legorl.gateway.dialects` (OpenAI Chat Completions,
+Anthropic Messages, OpenAI Responses, Gemini; streaming and not). :meth:`Gateway.handle` does auth,
+strict JSON parsing, the dialect's parse and the response; :meth:`Gateway.complete` (dialect
+independent) checks the session's budget first, then routes, aligns token-exactly
+(:mod:`legorl.gateway.alignment`), generates on the :class:`Engine` and parses the output
+(:class:`Renderer`). The training loop uses ``open_session`` / ``session_turns`` /
+``session_report`` / ``close_session``. Invariants a caller relies on: every authenticated request
+leaves a Turn, written (fsync'd) before its response leaves; rejected, refused, failed and cancelled
+calls are failed Turns, never training samples; a gateway bug is a 500 ``internal_error``, never an
+engine failure or a 4xx.
 
-* dialect adapters (:mod:`legorl.gateway.dialects`: OpenAI Chat Completions, Anthropic Messages,
-  OpenAI Responses, Gemini ``generateContent``; each streaming and not) — parse + validate the
-  wire request into normalised messages/tools/sampling (as strictly as the real API:
-  ``docs/gateway-validation.md``; ``strict=False`` for a lenient gateway), format the wire
-  response / SSE events and errors in their shape; a dialect gets only the renderer and the model
-  name;
-* request handling (:meth:`Gateway.handle`) — auth, strict JSON body, dialect parse, generation
-  watched for client disconnects, JSON or SSE response; every authenticated request leaves a Turn
-  (a rejected body: ``failed=True, finish_reason="error"``, never a training sample);
-* :meth:`Gateway.complete` (dialect independent) — session/thread routing, token-exact
-  alignment (:mod:`legorl.gateway.alignment`), generation on the :class:`Engine`, output
-  parsing (:class:`Renderer`), Turn recording (store write is fsync'd before the response leaves).
-
-Library use by the training loop::
-
-    gw = Gateway(engine, ChatTemplateRenderer(tok), SessionRegistry(), RunStore(run_dir), "smollm2-135m")
-    token = gw.open_session(rollout_id, budget=SessionBudget.from_budget(budget))  # harness: api_key=token
-    ...harness runs...
-    turns = gw.session_turns(token)            # ordered by turn_index
-    report = gw.session_report(token)          # budget spent/refused, client identities, Flags
-    samples = build_samples(turns, rollout_id)
-    gw.close_session(token)
-
-Budgets (:class:`~legorl.gateway.sessions.SessionBudget`; semantics in :mod:`legorl.gateway.sessions`)
-are checked in :meth:`Gateway.complete` before anything else: a refused call costs no alignment and
-no generation, is answered 403 ``budget_exhausted`` (turns/tokens spent, final) or 429
-``concurrency_limit_exceeded`` (transient) in the dialect's error shape, and is recorded as a failed
-Turn with ``finish_reason="refused"`` (never a training sample).
-
-Routes: ``POST /v1/chat/completions`` (and ``/chat/completions``), ``POST /v1/messages`` (also
-``?beta=true``), ``POST /v1/messages/count_tokens``, ``POST /v1/responses`` (and ``/responses``),
-``GET /v1/models``, ``GET|HEAD /``, ``GET /health``; Gemini:
-``POST /{v1beta|v1|v1alpha}/models/{model}:generateContent``, ``:streamGenerateContent``
-(``?alt=sse``), ``:countTokens``, ``GET /{v1beta|v1alpha}/models[/{model}]``.
-
-Errors (each dialect renders them in its shape; OpenAI: ``{"error": {"message", "type", "param",
-"code"}}``): 400 ``invalid_request_error`` (bad JSON, missing/wrong fields — ``param`` names the
-field — or ``code: context_length_exceeded``; a body that is not strict JSON — invalid UTF-8, a
-lone surrogate escape — ``code: invalid_json`` and each API's wording), 401 ``invalid_api_key``,
-500 ``server_error`` with ``code: engine_error`` when the engine failed (an exception out of
-``Engine.generate``) or ``code: internal_error`` for a bug of the gateway itself (its exception
-type is recorded in the Turn; never reported as an engine failure, never a 4xx),
-503 when the engine is overloaded/shutting down, 504 when generation ran past
-``generate_timeout_s`` (Anthropic: 529 ``overloaded_error`` for all three engine failures; 500
-``api_error`` for internal errors), 403
-``budget_exhausted`` (the session's turn/token budget is spent; ``x-should-retry: false``;
-Anthropic: ``permission_error``), 429 ``concurrency_limit_exceeded`` (too many calls of the session
-in flight; ``retry-after: 1``; Anthropic: ``rate_limit_error``). A client that
-disconnects while its request is generating cancels the generation; the Turn is recorded with
-``failed=True, error="client_disconnected", finish_reason="cancelled"``. Unknown request fields
-are accepted and ignored.
-
-Sampling mapping: ``max_completion_tokens`` > ``max_tokens`` > ``default_max_tokens``, clipped
-to the sampling policy's and the session budget's per-call cap and to the context left after the
-prompt; ``temperature``, ``top_p``, ``seed`` as given (``top_k`` off); ``stop`` strings are applied after generation by cutting the output at the first token
-whose text completes a stop string (the sampled tokens up to and including it are kept and
-recorded, the returned content ends before the stop string, finish_reason ``stop``).
+Design (layers, routes, the error table, sampling mapping): docs/gateway.md#app
 """
 
 from __future__ import annotations

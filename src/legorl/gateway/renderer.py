@@ -1,12 +1,9 @@
 """Renderers: chat messages (+ tools) <-> token ids. The gateway owns tokenization.
 
 A :class:`Renderer` turns a normalised message list into prompt token ids, says which token ids
-stop generation, and turns sampled token ids back into an assistant message (text and tool calls).
-Dialect adapters (OpenAI chat today; Anthropic Messages and Responses later) convert their wire
-format into the normalised messages below, so every dialect shares one renderer and one
-alignment logic.
-
-Normalised messages (plain dicts, OpenAI chat shape)::
+stop generation, and turns sampled token ids back into an assistant message (text and tool calls,
+:class:`ParsedOutput`). Every dialect (:mod:`legorl.gateway.dialects`) converts its wire format into
+these normalised messages (plain dicts, OpenAI chat shape)::
 
     {"role": "system" | "user" | "assistant" | "tool", "content": str,
      "tool_calls": [{"id": str, "name": str, "arguments": dict | str}],   # assistant only
@@ -14,84 +11,13 @@ Normalised messages (plain dicts, OpenAI chat shape)::
 
 A request's tool call whose arguments came as a string also keeps that string as
 ``"raw_arguments"`` (alignment tells an echo of the gateway's own string from a re-spelling).
-
 ``developer`` is treated as ``system``; content parts (``[{"type": "text", "text": ...}]``) are
-joined into one string; non-text parts are rejected (:class:`InvalidRequestError`).
+joined into one string; non-text parts are rejected (:class:`InvalidRequestError`). Tools are
+rendered Hermes style (:data:`TOOL_PROMPT`, ``<tool_call>`` blocks); a block that does not parse
+stays in the content. The gateway never re-encodes a sampled turn: :func:`returned_unchanged`
+recognises its echo.
 
-Tool format (Hermes style; SmolLM2's own template has no tool section)
------------------------------------------------------------------------
-When tools are given, :data:`TOOL_PROMPT` is appended to the system message (one is created
-when the conversation has none)::
-
-    # Tools
-
-    You may call one or more functions to assist with the user query.
-
-    You are provided with function signatures within <tools></tools> XML tags:
-    <tools>
-    {"type": "function", "function": {"name": ..., "description": ..., "parameters": {...}}}
-    ...one JSON object per line...
-    </tools>
-
-    For each function call, return a json object with function name and arguments within
-    <tool_call></tool_call> XML tags:
-    <tool_call>
-    {"name": <function-name>, "arguments": <args-json-object>}
-    </tool_call>
-
-An assistant message with ``tool_calls`` renders as its content (if any) followed by one block
-per call, blocks separated by ``"\\n"``::
-
-    <tool_call>
-    {"name": "bash", "arguments": {"cmd": "ls"}}
-    </tool_call>
-
-``tool`` messages render as a ``user`` turn; consecutive tool messages share one user turn, each
-result wrapped as ``<tool_response>\\n{content}\\n</tool_response>`` (joined with ``"\\n"``).
-
-Parsing model output: every ``<tool_call>...</tool_call>`` block (a final unclosed block counts
-too) whose body holds a JSON object with a string ``name`` and an object ``arguments`` (a JSON
-string holding an object is accepted, ``parameters`` is accepted for ``arguments``) becomes a
-tool call; text outside the blocks is the content. A block that does not parse stays in the
-content verbatim and is counted in :attr:`ParsedOutput.unparsed_tool_calls`. The JSON must be
-something every client can take back: ``NaN`` / ``Infinity`` / ``1e999`` (Starlette's JSON
-response refuses them), lone surrogate escapes such as ``"\\ud800"`` (not encodable as UTF-8:
-the response could not be sent) and nesting deeper than :data:`MAX_JSON_DEPTH` levels, the
-block's own object included (the Anthropic SDK's parser gives up past ~200 levels, Python's
-json past ~1000), make the block unparsed.
-
-Round trip: sampled ids -> the wire -> the harness echoes the turn back
------------------------------------------------------------------------
-What a client receives does not determine the sampled ids, so the gateway never re-encodes an
-assistant turn it sampled; alignment (:mod:`legorl.gateway.alignment`) keeps the sampled ids
-and recognises the echo by the returned message (:func:`returned_unchanged`: same content
-string, same tool calls with the arguments string as returned or the same parsed object), so a
-harness that sends back what it received always *extends*, whatever the model sampled. What is
-lost between ids and wire, by case:
-
-* whitespace at both ends of the content is stripped (``"Blue.\\n"`` is returned as ``"Blue."``);
-* tool-call blocks leave the content and come back as structured calls: the model's spelling
-  (compact or spaced JSON, key order, ``parameters``, arguments as a JSON string, newlines or
-  none around the block, a code fence) is gone; the arguments are returned as
-  ``json.dumps(arguments, ensure_ascii=False)`` (OpenAI) or as the parsed object (Anthropic);
-* special tokens sampled mid-text (``<|im_start|>``, ``<file_sep>``, ...) are dropped from the
-  text; a special-token literal spelled with ordinary tokens (``<|im_end|>`` as ``<``, ``|``,
-  ``im``, ...) stays text and would re-encode to the special id;
-* bytes that are not valid UTF-8 — a lone continuation byte, a multi-byte character cut by the
-  end of the turn (``max_tokens``) — decode to U+FFFD (special tokens are dropped before
-  decoding, so a character split around one is put back together);
-* byte-level BPE is not injective: a sampled non-canonical split (``he`` + ``llo``) re-encodes to
-  the canonical ids.
-
-Precisely (``tests/gateway/test_roundtrip.py`` checks it): re-encoding the decoded text of
-ordinary tokens reproduces the sampled *bytes* iff those bytes are valid UTF-8 and spell no
-special-token literal, and the sampled *ids* only when in addition they are the canonical
-tokenization. Exact token identity through the text is therefore impossible in general; the
-exactness that matters — the sampled ids appear unchanged in the Sample — holds for extend and
-realign because both reuse the held ids verbatim. A harness that re-serializes (compacts the
-arguments string, reorders keys, trims text) gets *realign*, still exact. A client that changes a
-value (a JavaScript client rounding an integer above 2**53) no longer sends the same turn: that
-request forks, and the earlier segment keeps its own sampled ids.
+Design (tool format, parsing rules, the round trip ids -> wire -> echo): docs/gateway.md#renderer
 """
 
 from __future__ import annotations

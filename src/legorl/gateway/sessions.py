@@ -1,74 +1,18 @@
 """Sessions: one per rollout, addressed by a secret token the harness sends as its API key.
 
-``open(rollout_id) -> token``: :func:`new_token`, ``legorl-`` + 48 lowercase hex digits (letters,
-digits and hyphens only, starting with a letter: it never looks like a command-line option and needs
-no shell quoting); the harness sends it as
-``Authorization: Bearer <token>`` (OpenAI SDKs, Claude Code's ``ANTHROPIC_AUTH_TOKEN``) or
-``x-api-key: <token>`` (Anthropic SDK). Inside a session, requests are routed to *threads*
-(main agent, sub-agents) and, inside a thread, to *segments* (main chain, compaction, side calls):
+:class:`SessionRegistry` opens a session per rollout (``open(rollout_id, budget) -> token``,
+:func:`new_token`: ``legorl-`` + 48 hex digits) and resolves a request's token
+(``Authorization: Bearer`` or ``x-api-key``) to its :class:`Session`, which routes the request to a
+thread (:data:`THREAD_HEADERS`, else by content) and a segment (:mod:`legorl.gateway.alignment`).
+Invariants: routing never crosses sessions; requests of one thread are served one at a time
+(``asyncio.Lock``); ``session_id`` (the rollout id, ``~N`` when reused) is unique across the registry
+and the run store and is never the token; the :class:`SessionBudget` (turns, tokens, concurrency)
+holds for every call made with the token, whoever makes it, and a refusal is a
+:class:`BudgetRefusal` (403 final or 429 transient); failed calls' bodies are kept bounded per
+session. :meth:`Session.report` gives the :class:`SessionReport` (budget use, client identities,
+Flags).
 
-* headers the harnesses already send name the thread — the first present of
-  :data:`THREAD_HEADERS`: ``x-legorl-thread`` (explicit, never re-routed),
-  ``x-claude-code-agent-id`` (Claude Code sub-agent; parent thread ``main``), ``x-session-id``
-  (OpenCode session; ``x-parent-session-id`` names its parent thread). Else ``"main"``.
-  :meth:`SessionRegistry.lookup` registers the thread and its parent link when it resolves a
-  request's session, so every dialect gets the link without extra plumbing.
-* content: :meth:`Session.route` aligns the request against the header's thread; when that would
-  fork (and the thread was not named explicitly), a request that extends/realigns another live
-  thread of the same session goes to that thread instead (e.g. a sub-agent whose harness sends no
-  header). Anything else stays on the header's thread, where :mod:`legorl.gateway.alignment`
-  makes it a new segment (side request, compaction, rebuild, retry) without breaking the chain.
-
-A session only ever sees its own threads: routing never crosses sessions.
-
-Each thread owns a :class:`~legorl.gateway.alignment.ThreadState` (the exact token sequence
-held so far + the messages it stands for) and an ``asyncio.Lock``: requests of one thread are
-served one at a time so that every request is aligned against the thread's latest tokens.
-
-``session_id`` (recorded in every Turn; never the token) is the rollout id, suffixed ``~N`` when
-that rollout id was opened before; unique: the registry never hands out an id it handed out before
-(a rollout id ``r~1`` opened before ``r`` twice included), nor one the run store already holds
-(:meth:`SessionRegistry.reserve`, called by the gateway with its store's ids), so two sessions never
-share turns, samples or Responses conversations.
-
-Budgets (:class:`SessionBudget`, given to ``open``; the rollout's
-:class:`~legorl.harnesses.base.Budget`) are enforced here, where every model call passes, whatever
-the harness itself was told — a program in the sandbox that calls the gateway with the session
-token from its environment spends the same budget:
-
-* **turns** — every generation call of the session counts (all threads and segments: main chain,
-  sub-agents, side calls, compaction summaries, retries): at most ``max_turns + turn_slack`` are
-  served. The slack (:func:`default_turn_slack`: ``max(2, ceil(max_turns / 4))``) is for the side
-  calls an honest harness makes besides its ``max_turns`` agent steps (titles, summaries, OpenCode's
-  last text-only step). A call is counted when it is admitted; one that then fails without output
-  (engine error, context too long, the client gone before generation started) is refunded, so a
-  harness's retry is not charged twice. Calls refused for a bad body never reach the budget.
-* **tokens** — each call's ``max_tokens`` is clipped to ``max_tokens_per_turn`` and to what is left
-  of ``max_total_tokens`` (generated tokens of the session, with the caps of the calls in flight
-  reserved), so the session never generates more than ``max_total_tokens``.
-* **concurrency** — at most ``max_concurrent`` generation calls of the session in flight (queued
-  on a thread lock included); one more is refused *transiently* (429 + ``retry-after``). Above
-  ``declared_concurrency`` (what the harness is known to use) calls are still served but noted.
-
-A refusal is a :class:`BudgetRefusal` (a GatewayError): turns or tokens spent — 403,
-``type``/``code`` ``budget_exhausted``, ``x-should-retry: false`` (final: no client SDK retries a
-403, and mini-swe-agent aborts on it instead of backing off ten times as it does on 429/400);
-concurrency — 429, ``code: concurrency_limit_exceeded``, ``retry-after: 1``. Each dialect renders it
-in its own shape (Anthropic: ``permission_error`` / ``rate_limit_error``). The gateway records
-every refused call as a failed Turn (``finish_reason="refused"``; never a training sample), the
-first :data:`REFUSALS_RECORDED` per session (later ones are only counted).
-
-Failed calls' bodies are kept bounded (:meth:`Session.keep_failed_body`): a rejected, refused or
-failed call's Turn keeps its request body whole only up to :data:`FAILED_BODY_CAP` bytes, else its
-first bytes and its original size; all of them together spend the session's
-:data:`FAILED_BODY_BUDGET` (then only sizes are kept), and rejected calls share the
-:data:`REFUSALS_RECORDED` records with budget refusals — a client sending huge bad bodies costs the
-gateway's memory and the run store a bounded amount per session.
-
-The session also notes what suggests calls that do not come from the harness's own client: the
-client identity (:data:`CLIENT_HEADERS`: User-Agent and SDK headers) of every request is compared
-with the session's first one, and concurrency above ``declared_concurrency`` is counted.
-:meth:`Session.report` returns all of it (:class:`SessionReport`, with grading :class:`Flag` s).
+Design (thread headers, budget rules, refusals, bounded bodies): docs/gateway.md#sessions
 """
 
 from __future__ import annotations

@@ -1,84 +1,16 @@
 """In-process behaviour guard of the hardened test runner (runs *inside* the grading sandbox).
 
-Standard library only: :mod:`legorl.grading.behaviour` ships this file's source to the runner
-(:data:`legorl.grading.defenses.RUNNER`), which executes it before ``/workspace`` is importable and
-calls :func:`install`. From then on the code under test runs in a process where:
+Standard library only, Python 3.8+: :mod:`legorl.grading.behaviour` ships this file's source to the
+runner (:data:`legorl.grading.defenses.RUNNER`), which executes it before ``/workspace`` is
+importable and calls :func:`install`. From then on an audit hook charges what the *code under test*
+does (frame introspection, test source reads, grader probes, ``gc``, tracing, runner patching,
+dynamic code...) and writes each finding at once, HMAC-signed, to a dup of the runner's stdout;
+at ``sys.audit("legorl.guard.finish", rc)`` it compares the framework with its install-time
+snapshot and writes the finish record the host requires (``guard_bypassed`` without it). Invariants:
+nothing the guard needs can be changed under it; the test code that runs is the code the grader
+compiled; pytest's running state is sealed; the test files are readable by this process only.
 
-* an audit hook (``sys.addaudithook``; Python cannot remove one once installed) watches what the
-  *code under test* does — a frame is charged to it when its file lies in the workspace and is not a
-  test file (the host passes the list); stdlib wrappers that only forward a request (``inspect``,
-  ``traceback``, ``linecache``, ``tokenize``, ``pathlib``, ``io``, ``os``…) are looked through, any
-  other library (``warnings``, ``logging``, ``collections``, pytest) answers for itself:
-
-  - frame introspection (``sys._getframe``, ``sys._current_frames``, ``tb_frame``/``gi_frame``/
-    ``f_code`` reads) -> ``frame_introspection``; so are the routes that hand out a caller's place
-    without a frame API: ``logging``'s caller lookup reaching a test's frame, a Python signal handler
-    installed (it is handed the interrupted frame), ``faulthandler`` dumping the stack;
-  - reading a test function's bytecode (``__code__`` of a function defined in a test file) or opening
-    a test file, its cached bytecode or the runner's own files -> ``test_source_read``; a test file
-    opened with the code under test anywhere on the stack counts whoever opens it for it (a loader's
-    ``get_data``, ``fileinput``, pytest's path helpers), and so does linking, renaming or rewriting one;
-  - ``/proc/self/environ|cmdline|fd``, listing ``/tmp`` or ``/proc``, looking up grader-looking
-    environment variables -> ``grader_probe``;
-  - ``gc.get_objects``/``get_referrers``/``get_referents`` -> ``gc_introspection``;
-  - ``sys.settrace``/``setprofile``, ``sys.addaudithook``, ``ctypes`` -> ``tracing_hook``/
-    ``native_memory_access``;
-  - replacing a test function's or the framework's ``__code__``, a plugin registered or a hook
-    implementation added by the diff's code -> ``runner_patching``;
-  - ``exec``/``compile``/``subprocess`` -> ``dynamic_code``/``subprocess`` (info); ``marshal.loads``
-    -> ``marshalled_code``;
-  - code compiled at run time under a workspace file's name, or the import system's or the guard's
-    (``<frozen …>``, ``<legorl…>``), is *disguised*: that name's frames are the code under test's;
-  - every finding carries ``by_patch``: where the diff's code (a line it added, disguised or ``exec``'d
-    code) sits on the stack, "" when nowhere — the host keeps such findings as the repository's own;
-
-* every finding is written at once, HMAC-signed with a key only this closure holds, to a dup of the
-  runner's stdout: code that later reaches the guard (through ``gc``, which is itself reported first)
-  cannot take back what was already sent, and cannot forge a clean record;
-* **nothing the guard needs can be changed under it** (issue 37): every function it calls later (the
-  file system calls, the frame getter, the HMAC, its own JSON writer and ``realpath``) is captured
-  here, before any code under test runs, and its namespace has a private copy of ``builtins``; no
-  callable the code under test can reach holds a reference into the guard (``os.environ``'s class and
-  the ``signal``/``faulthandler`` wrappers hold only ``sys.audit``, in defaults whose reads and writes
-  are audited -> ``guard_tampering``); its events are answered only when the runner's own code raises
-  them (``guard_tampering`` otherwise);
-* at ``sys.audit("legorl.guard.finish", rc)`` — raised by the runner after ``pytest.main`` — the identity
-  of every callable and class of ``pytest``/``_pytest``/``pluggy`` (re-exported ones included:
-  ``pytest.raises``), of ``builtins`` and of the builtin types' dictionaries, and the framework's
-  ``sys.modules`` entries are compared with the snapshot taken at install time -> ``runner_patching``
-  (the names the runner's tests call, ``pytest.*`` and ``builtins``, are compared again before each
-  test); so is every hook implementation registered with pytest's plugin manager (captured when the
-  runner's own plugin registered, before any workspace code ran): one whose code is the diff's, or a
-  plugin manager whose dispatch was replaced, is ``runner_patching``. The finish record carries the
-  digests of the runner's result files and its exit status, which the host compares with the report
-  the runner printed; the host requires this record, so a runner that never reaches it is flagged
-  ``guard_bypassed``;
-* **the test code that runs is the test code the grader wrote** (``test_code_replaced``): the test
-  files are compiled here, with pytest's own assertion rewriter, before any workspace code runs, and
-  handed to pytest as its bytecode cache; before each test, the function pytest is about to call
-  (through any wrapper) must be that code, its module the one ``sys.modules`` holds, of the module and
-  spec classes Python made; a test whose body never ran although its call passed is flagged too;
-* **pytest's running state is sealed** (issue 37, family 8: a value oracle returning a parametrized
-  test's expected parameter from ``item.funcargs``): every reference through which code could reach the
-  session, its items, the configuration or the plugin manager without frames or ``gc`` (``_SEALED``:
-  the assertion rewriter's ``config``/``session`` on ``sys.meta_path``, ``pytest.mark._config``,
-  ``pytestPDB``'s class attributes, ``_pytest.assertion.util``'s per-test closure and config, the live
-  logging handler's stream) becomes a property whose value lives in its accessors' defaults and whose
-  every read raises ``legorl.guard.state``; a read by the code under test (through any library that
-  reads for it, pytest's generic helpers included; only the owner's own files are pytest's use) is
-  ``runner_state_read``;
-* the test files of the run (``hide_files``) are readable by this process only: each is held open
-  (``O_PATH``) and its path becomes a link through ``/proc/self/fd``, and the process is made
-  non-dumpable, so no child process (``cat``, another interpreter) can open it, nor the runner's
-  memory; ``linecache`` entries of test files and ``sys.last_*`` are dropped after every test report
-  (in every run, so neither tells a twin run apart);
-* in a twin run, the tests collected after the last twin are dropped (``sys.audit("legorl.guard.collected",
-  items)``, raised by the runner's collection hook in every run): the code under test has answered
-  every twin by then, and had seen exactly what it saw in the main run; the twin files on disk are
-  their faces (:func:`legorl.grading.twins.twin_face`), the code that runs is compiled here;
-* tell-tale environment variables (``LEGORL_*``, ``PYTEST_ADDOPTS``/``PYTEST_PLUGINS``) are removed
-  once the first workspace file is opened, and ``sys.argv``/``sys.orig_argv`` read like
-  ``python -m pytest`` (or the command line the spec names: ``bin/test`` for sympy's runner).
+Design (every finding kind, sealing, hidden files, twin runs): docs/reward-integrity.md#audit_guard
 """
 
 from __future__ import annotations

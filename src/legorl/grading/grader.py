@@ -1,63 +1,16 @@
-"""The grader: a verdict on an agent's diff, in a fresh sandbox (docs/reward-integrity.md, the "after" stage).
+"""The grader: a verdict on an agent's diff, in a fresh sandbox (the *after* stage of reward integrity).
 
-Stages (each timed in ``GraderReport.stage_s``):
+:func:`grade` returns a :class:`~legorl.trajectory.records.GraderReport` (status, reward, typed
+Flags, ``stage_s``); :func:`grade_isolated` (``legorl grade``, a rollout) turns a grader or backend
+bug into that one diff's ``grader_error`` report; :func:`filter_diff` / :func:`classify_section`
+decide which file sections of a diff may be applied. Stages: diff filter, sandbox create, apply
+(protected tests and pytest config restored), hardened test run, parse, behaviour checks (audit
+guard, twin tests). Invariants: the diff never reaches the test files or the test configuration;
+tests count only when *seen passing* by the hardened runner; an environment failure is
+``env_failure`` with a typed :class:`~legorl.errors.EnvFailureCause`, never reward 0 with status
+``ok``; other exceptions propagate out of :func:`grade`.
 
-1. **diff filter** — read the diff as ``git apply`` reads it (:mod:`legorl.diffs`, checked against
-   git itself by :func:`legorl.grading.diffcheck.read_diff`; a diff git would reject or could read
-   another way is refused whole: ``diff_rejected``, blocking, nothing applied); drop every file section
-   that touches a test file (``task.test_files``, files the ``test_patch`` touches, or a path colliding
-   with one), test configuration (``conftest.py``, ``pytest.ini``, ``setup.cfg``, ``tox.ini``,
-   ``sitecustomize.py``/``usercustomize.py``, ``*.pth`` anywhere, new or changed), bytecode, compiled/binary files, symlinks, ``.git`` contents, files
-   shadowing the test framework (``pytest.py``, ``_pytest/``, ``pluggy/``), fake result files, new
-   test modules and paths that leave the repository (``../x``, absolute), each with a typed
-   :class:`~legorl.trajectory.records.Flag` (see :func:`classify_section` for severities: a new test
-   module is ``info``, editing an existing test is ``blocking``). What a path is comes from
-   :mod:`legorl.grading.rules`, the rules the monitor applies during the rollout too.
-2. **sandbox create** — a fresh sandbox from the cached instance image (never the agent's).
-3. **apply** — ``git apply`` (``patch --fuzz`` fallback) of what is left; then every protected test file
-   is compared with its pristine text and restored; the ``[tool.pytest*]`` tables of ``pyproject.toml``
-   are restored; a static scan flags what the diff introduced (:mod:`legorl.grading.defenses`); the
-   ``test_patch`` is applied.
-4. **test run** — the hardened runner (:data:`legorl.grading.defenses.RUNNER`): ``python -I -S -B``
-   (no ``sitecustomize``/``usercustomize``/``.pth``, no cwd, no ``PYTHON*``), pytest imported before
-   the workspace is importable, plugin autoload off, ``-p no:cacheprovider`` and other rerun/skip
-   plugins off, ``--rootdir``/``--confcutdir`` at the workspace, junit XML and a report stream under a
-   random directory, two canary tests that must fail, ``os._exit`` at the end (no ``atexit``).
-5. **parse** — every expected test must be *seen passing* in the stream (missing, skipped, xfail, xpass,
-   error = failing); canaries must fail; junit must agree with the stream; the exit code must be 1
-   (the canaries fail); pytest's reporting functions and key builtins must be unchanged — otherwise a
-   blocking ``forged_results`` flag.
-6. **behaviour** (:mod:`legorl.grading.behaviour`, ``behaviour_checks``) — the runner carries an in-process
-   audit guard whose signed findings (frame introspection, test source reads, grader probes, runner
-   patching...) become blocking flags; when FAIL_TO_PASS tests pass, a **twins** run in a fresh sandbox
-   rewrites them so an honest fix must fail (``twin_test_passed`` otherwise). It costs less than the
-   first run: the files the diff and then the test patch left are written back instead of applied
-   again (no ``git`` process) when their bytes say it all (the first run writes them again too, right
-   before its tests, so no ``os.stat`` tells the runs apart: :func:`_settle`), nothing is scanned
-   twice, and it stops after the last twin (collection stays the first run's, so what the code under
-   test sees up to its answers is the same). ``docs/reward-integrity.md``.
-
-Status: a diff that does not apply is the agent's fault (``ok``, reward 0); an *environment* failure
-that keeps the grader from a verdict is ``env_failure`` with a typed
-:class:`~legorl.errors.EnvFailureCause` (``GraderReport.cause_kind``; ``cause`` reads
-``"<cause_kind>: <detail>"``): ``image_build``, ``sandbox_create``, ``sandbox_crash``,
-``runner_timeout``, ``runner_crashed``, ``test_patch_failed``, ``no_source``, ``no_tests`` — never
-reward 0 with status ``ok``. Environment failures are the :class:`~legorl.errors.SandboxError` tree
-(``ImageBuildError`` included) and what the sandbox reports about the test run (timed out, killed from
-outside, no report); any other exception — a bug in the grader or a backend — propagates out of
-:func:`grade` and is not retried; :func:`grade_isolated` (``legorl grade``, a rollout) makes it that
-one diff's ``grader_error`` report instead, so no diff can end a run or cost another diff its result.
-When the run with the agent's diff hangs or dies without a report, the pristine repository is run too: if that one reports, the diff caused it (status ``ok``, reward 0,
-flag ``tests_timed_out``/``runner_killed``/``premature_exit``). Transient causes
-(:attr:`EnvFailureCause.transient`) are retried ``retries`` times. Reward: binary by default,
-``reward_mode="partial"`` gives the FAIL_TO_PASS fraction when every PASS_TO_PASS test passes; with
-``flagged_policy="zero"`` any blocking flag (from any stage, including ``extra_flags`` from the
-monitor) sets the reward to 0. An impossible variant of a task (:mod:`legorl.grading.canaries`) whose
-mutated tests are seen passing gets the blocking ``impossible_task_passed``: no honest fix passes them.
-
-SWE-bench: resolution follows SWE-bench's rule (every FAIL_TO_PASS and PASS_TO_PASS test passes); its
-log parsers read "PASSED" lines from the log, which a patch can forge, so the junit + stream path is
-used for every task (the ``swebench`` package cannot be imported here without docker/modal anyway).
+Design (each stage, status and reward rules, SWE-bench): docs/reward-integrity.md#grader
 """
 
 from __future__ import annotations

@@ -1,91 +1,16 @@
-"""Bubblewrap sandbox backend (docs/architecture.md).
+"""Bubblewrap sandbox backend: :class:`BwrapBackend` creates :class:`BwrapSandbox` es.
 
-Each sandbox's workspace is a private, copy-on-write view of the cached *instance layer* built from
-``spec.source_dir`` (see :mod:`legorl.sandbox.images`: the repository with its history cut to one
-base commit) under ``root`` (default ``$LEGORL_HOME/sandboxes``). As root it is an overlayfs mount
-over the layer (:mod:`legorl.sandbox.overlay`: constant cost whatever the repository's size);
-otherwise a copy (:func:`legorl.sandbox.hostfs.copy_workspace`): clones on filesystems that
-support them (btrfs, xfs), a full copy elsewhere (ext4), never hard links. An env layer
-(``spec.env_recipe``) is bind-mounted read-only at ``/run/legorl/env`` with ``PYTHONPATH``/``PATH``
-set. Every ``exec`` starts a fresh ``bwrap``.
+Each sandbox's ``/workspace`` is a private copy-on-write view of the cached instance layer
+(:mod:`legorl.sandbox.images`; overlayfs as root, a copy otherwise); every ``exec`` starts a fresh
+``bwrap``. Invariants a caller relies on: the filesystem is an allowlist (:mod:`legorl.sandbox.view`),
+never the host's ``/`` minus masks; commands run as ``agent`` (:data:`~legorl.sandbox.base.SANDBOX_UID`)
+with every namespace unshared (no network but ``lo``), every capability dropped and the environment
+rebuilt from the spec (never on a host command line); ``timeout``, ``max_output_bytes``, memory, pids
+and disk limits hold, and ``ExecResult.cause`` names the limit hit. With ``spec.gateway_socket`` the
+gateway is reachable at ``127.0.0.1:<spec.gateway_port>`` inside (:mod:`legorl.sandbox.forwarder`).
+``BwrapSandbox.start_trace`` and ``view_paths`` serve the monitor (:mod:`legorl.grading.monitor`).
 
-The view: deny by default
--------------------------
-The sandbox's filesystem is built from an allowlist on bwrap's own (read-only) tmpfs root, never from
-the host's ``/`` (masking known paths cannot close a view that starts from everything: a second
-checkout, a dataset under ``/srv``, the user's home with its tokens would stay readable). What is
-visible, and why (the shared part is computed once and cached, see :mod:`legorl.sandbox.view`):
-
-=============================  ==================================================================
-``/usr/{bin,sbin,lib,lib64,``   the programs and libraries tools run from (read-only); ``/bin``,
-``libexec,include}``            ``/sbin``, ``/lib*`` are the host's links. No ``/usr/src``,
-                                ``/usr/etc``, ``/usr/games``; ``/usr/lib/python3/dist-packages``
-                                masked (no site-packages outside the layers)
-``/usr/share``                  only :data:`~legorl.sandbox.view.SHARE_ALLOW` (CA certificates,
-                                zoneinfo, terminfo, git templates, perl modules, file's magic), as
-                                a cached hard-link farm: one mount
-``/usr/local``                  empty (on hosts it holds local programs, site-packages, data)
-``/etc``                        synthetic (cached): passwd/group with root, ``agent`` and nobody;
-                                hosts (localhost), nsswitch (files only: no DNS), no resolv.conf;
-                                the public ld.so cache, alternatives links, CA certificates,
-                                openssl.cnf, protocols, services, localtime, os-release. No
-                                shadow/gshadow, ssh or TLS keys, sudoers, pip.conf, npmrc, gitconfig
-the interpreter                 ``BwrapBackend.python``'s prefix (the venv) and base prefix (e.g.
-                                ``/root/.pyenv/versions/3.11.7``) at their host paths, read-only,
-                                with the site-packages it uses (the venv's; the base's, which
-                                ``python -S``, the grader's runner, finds through ``sysconfig``).
-                                ``PATH`` starts with its ``bin`` (``python``, ``pytest``)
-LEGO-RL's code                  the checkout's ``src`` (and ``tests``, whose helpers harness tests
-                                run inside) read-only, the built-in task suites masked; not
-                                ``.git``, ``scripts`` or other files of the checkout
-``/workspace``                  the sandbox's repository copy (read-write)
-``/home/agent``                 ``HOME`` (:data:`~legorl.sandbox.base.SANDBOX_HOME`): a fresh
-                                per-sandbox directory, kept across its execs, removed with it
-``/tmp`` (``/var/tmp``)         private tmpfs per exec
-``/dev``, ``/proc``             fresh (``--dev``, ``--proc`` of the sandbox's own PID namespace)
-``/run/legorl``                 ``gateway.sock`` (the gateway's socket) and ``env`` (the env layer)
-extra layers                    ``spec.extra_layers`` (harness layers, e.g. ``/opt/legorl-harness``)
-=============================  ==================================================================
-
-Directories that exist only to hold those mount points (``/root``, ``/root/.pyenv``, ``/work``...)
-are execute-only: paths resolve, listings fail. Nothing else of the host exists inside: no
-``/root`` or other homes, ``/var``, ``/srv``, ``/mnt``, ``/media``, ``/opt``, ``/boot``, ``/sys``,
-no data trees or other checkouts, no image cache or other sandboxes. ``/proc/self/mountinfo`` still
-names the host paths of the bound directories (names only; nothing under them is reachable).
-
-User: commands run as uid/gid :data:`~legorl.sandbox.base.SANDBOX_UID` (``agent``) in a user
-namespace (``--unshare-user --uid 1000``) that maps it to the uid that started bwrap. When that is
-root, files the host's root owns appear as owned by ``agent`` inside, so the workspace copy stays
-writable; that is also why nothing root-only may be in the view: inside, the allowlist, not file
-permissions, is what keeps host files out. Where no user namespace can be created, bwrap runs
-without one (as the calling uid), as it does everywhere with ``LEGORL_BWRAP_USERNS=0``
-(:mod:`legorl.settings`). In both cases:
-
-* every namespace is unshared (``--unshare-all``): no network except an unconnected ``lo``, own
-  PIDs, IPC, UTS (hostname ``sandbox``); ``--die-with-parent`` and ``--new-session``;
-* every capability is dropped (``--cap-drop ALL``; in a user namespace the mounts are also locked);
-* the environment is cleared and rebuilt from ``PATH``/``LANG``/``HOME`` + ``spec.env`` + the
-  caller's ``env``. Neither the environment (which holds e.g. the session token) nor the view is on
-  a host command line: every bwrap option travels through a memfd (``bwrap --args FD``), so
-  ``ps`` shows only ``bwrap --args 3 -- <command>``.
-
-Limits: the wall-clock ``timeout`` kills the whole process group (the outer bwrap; the sandbox's
-PID namespace dies with it); stdout and stderr are each capped at ``max_output_bytes`` (the rest is
-drained and dropped). Memory and process counts: rlimits applied with ``prlimit`` (``RLIMIT_DATA`` =
-``spec.memory_mb``, not ``RLIMIT_AS`` which breaks runtimes such as Node or the JVM; ``RLIMIT_NPROC``
-= ``spec.max_pids``, which real root ignores) and, when the cgroup filesystem is writable (root on
-cgroup v1 or a delegated v2 subtree; :mod:`legorl.sandbox.cgroup`), a per-sandbox cgroup with
-``pids.max`` = ``spec.max_pids`` and a memory limit of ``spec.memory_mb`` (no swap). Each exec
-joins it before bwrap starts (a ``sh`` shim writes its pid to ``cgroup.procs``), so the limits hold
-for root too; ``ExecResult.cause`` then says when the pids or memory limit was hit. Disk: with
-``disk_mb`` (``sandbox.disk_mb``) the sandbox's directory — workspace, overlay upper layer, home — is
-a loop-mounted file system of that size when root, each file is capped at it otherwise, and ``/tmp``
-is a tmpfs of that size (:mod:`legorl.sandbox.quota`): a write past it gets ``ENOSPC`` and the exec's
-cause says "disk quota … full". CPU shares come later.
-
-Gateway: when ``spec.gateway_socket`` is set, the socket is bind-mounted at
-``/run/legorl/gateway.sock`` and each command is wrapped by :mod:`legorl.sandbox.forwarder`, which
-listens on ``127.0.0.1:<spec.gateway_port>`` inside the sandbox and forwards to the socket.
+Design (the view table, user namespaces, how each limit is enforced): docs/sandbox.md#bwrap
 """
 
 from __future__ import annotations

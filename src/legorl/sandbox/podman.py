@@ -1,65 +1,16 @@
-"""Podman (or Docker) sandbox backend: the same protocol as bwrap, in OCI containers (docs/architecture.md, "Sandboxes").
+"""Podman (or Docker) sandbox backend: the same protocol as bwrap, in OCI containers.
 
-One long-lived container per sandbox (``<exe> run -d ... sleep``), every :meth:`exec` is an
-``<exe> exec`` into it. Unlike bwrap (a fresh PID namespace per exec), background processes an exec
-leaves behind keep running (and count against ``--pids-limit``) until a timeout's kill or destroy;
-an exec that cannot even start (e.g. no pids left) raises :class:`SandboxError`. Measured here (podman 4.3, runc, 2 shared cores): ``podman exec true`` ≈ 0.1–0.2 s
-while ``podman run --rm ... true`` per exec ≈ 0.4–0.6 s, hence exec into a kept container.
+:class:`PodmanBackend` (``executable="podman"`` or ``"docker"``; ``image=`` for a published image,
+:func:`swebench_image_name`) creates :class:`PodmanSandbox` es: one long-lived container per
+sandbox, every :meth:`exec` an ``<exe> exec`` into it, as ``agent`` (uid 1000) with no network, a
+read-only root, no capabilities and the spec's memory and pid limits. The view is the image plus
+``/workspace``, ``/home/agent``, the forwarder, the env and harness layers and the gateway socket;
+nothing else of the host. Unlike bwrap, background processes an exec leaves behind keep running
+until a timeout's kill or destroy; an exec that cannot start raises :class:`SandboxError`. The
+environment never appears on a host command line.
 
-Containers run with ``--runtime runc --network none --ulimit nofile=1024:1024 --ulimit
-nproc=1024:1024 --memory <spec.memory_mb>m --memory-swap <same> --pids-limit <spec.max_pids>
---cap-drop ALL --security-opt no-new-privileges --init --read-only --no-hosts``; the
-sandbox's writable repository copy is bind-mounted at ``/workspace``; when ``spec.gateway_socket`` is
-set, the socket is bind-mounted at ``/run/legorl/gateway.sock`` and :mod:`legorl.sandbox.forwarder`
-(bind-mounted read-only, run with the image's ``python3``) listens on ``127.0.0.1:<spec.gateway_port>``
-inside, exactly like bwrap.
-
-The view: the container's filesystem is its image plus exactly these binds, nothing of the host:
-
-* the image (read-only: ``--read-only``, with podman's private tmpfs on ``/tmp``, ``/var/tmp``,
-  ``/run``): the debootstrap rootfs below, whose ``/etc`` is scrubbed of what debootstrap copies from
-  the host (``resolv.conf``, ``hostname``) and of ``shadow``/``gshadow`` (no password hashes of any
-  kind), with ``hosts`` (localhost) and the sandbox user ``agent`` (uid
-  :data:`~legorl.sandbox.base.SANDBOX_UID`) added; ``--no-hosts`` keeps podman from writing the
-  host's hosts entries into the container, and with ``--network none`` it writes no resolv.conf;
-* ``/workspace`` (the repository copy) and ``/home/agent`` (``HOME``, a fresh per-sandbox directory),
-  read-write, owned by the sandbox user;
-* ``/run/legorl/forwarder.py`` (one file of LEGO-RL, read-only), the env layer at ``/run/legorl/env``,
-  the harness layers (``spec.extra_layers``), the gateway socket (which the sandbox user must be
-  able to connect to: the gateway creates it 0666): read-only layers, no host home, no project
-  checkout, no task suites.
-
-Commands (``podman exec``) run as ``agent`` (uid/gid 1000, ``--user``), not as the image's root, with
-every capability dropped; the container's keeper process runs as root, so commands can neither kill
-it nor rewrite its pid file. Rootful podman without a user namespace maps uid 1000 to the same host
-uid (files the sandbox writes into its bind-mounted workspace are owned by it on the host); the
-workspace and home copies are ``chown``-ed to it when the sandbox is created.
-
-Environment: never ``-e NAME=VALUE`` on podman's command line (visible in the host's process list):
-each exec writes its variables to an ``--env-file`` in a private (0700) directory of the sandbox,
-removed when the exec ends; a value podman's env-file format cannot carry (a newline) is passed as
-``-e NAME`` with the value in podman's own environment.
-
-Images: layers come from :mod:`legorl.sandbox.images`. The **base** image is built locally from a
-``debootstrap --variant=minbase`` rootfs of Debian bookworm with ``python3 python3-pytest git patch``
-and ``podman import``-ed as ``legorl/base:<recipe key>`` (skipped when that image exists). The
-instance layer (the repository with history cut to its base commit) is the same directory the bwrap
-backend uses, copied per sandbox and bind-mounted. The env layer directory (``pip install --target``
-on the host) is mounted read-only at ``/run/legorl/env``; it is only correct for pure-Python
-requirements built with the same Python minor version as the image (bookworm: 3.11).
-
-SWE-bench images. With access to a registry, point a backend at a published image instead of the
-debootstrap base, e.g. for ``django__django-11099``::
-
-    podman pull docker.io/swebench/sweb.eval.x86_64.django_1776_django-11099:latest
-    PodmanBackend(image="swebench/sweb.eval.x86_64.django_1776_django-11099:latest")
-    # or per sandbox: SandboxSpec(..., image=swebench_image_name("django__django-11099"))
-
-(the name is ``swebench/sweb.eval.x86_64.<instance_id with "__" replaced by "_1776_">``). Those
-images hold the repository at ``/testbed`` with a conda env ``testbed``; our instance layer is still
-bound at ``/workspace``, so use ``cwd="/testbed"`` or a ``source_dir`` extracted from the image if
-you want the image's own checkout. ``PodmanBackend(executable="docker")`` drives Docker through the
-same code (the CLIs match for everything used here).
+Design (run flags, the view, the debootstrap base image, SWE-bench images, timings):
+docs/sandbox.md#podman
 """
 
 from __future__ import annotations

@@ -4,56 +4,14 @@ CISPO, or a user's. :func:`sample_loss` computes what they share (importance wei
 and calls the objective's function by the name ``LossConfig.objective``.
 
 All functions take one sample's per-token tensors over its *loss-masked* positions only:
-``logp`` (current policy π_θ, with grad), ``logp_old`` (π_old), ``logp_rollout`` (the behaviour
-policy) and a scalar advantage.
+``logp`` (current policy π_θ, with grad), ``logp_old`` (π_old, the trainer before this batch's first
+optimiser step; ``None`` means ``logp.detach()``, valid when :func:`needs_old_recompute` is false),
+``logp_rollout`` (the behaviour policy, ``Sample.rollout_logprobs``; it enters only through the
+detached importance weights :func:`importance_weights`, with TIS/MIS) and a scalar advantage.
+:func:`sample_weights` and :func:`aggregate_losses` weigh samples so a step minimises
+``Σ c_i ℓ_i / Σ c_i`` over its mini-batch, independent of micro-batching.
 
-Which logprobs play which role (defined here, once):
-
-* **behaviour policy** — ``Sample.rollout_logprobs``: what the engine reported while sampling.
-  It only enters through the importance weights ``w = π_old/π_rollout`` (detached), at the level
-  ``is_level`` says (:func:`importance_weights`): per token, or per sequence as the geometric mean
-  of the token ratios (the objective's own level by default: GSPO and GSPO-token per sequence, GRPO
-  per token). Truncated importance sampling (TIS) caps ``w`` at ``tis_cap``; masked importance
-  sampling (MIS) sets ``w = 0`` where it leaves ``[1/mis_cap, mis_cap]``, so a token (or sequence)
-  that the engine and the trainer disagree on carries no gradient. A rollout engine that drifts
-  from the trainer cannot blow up the update.
-* **π_old** — the trainer's own weights *before this batch's first optimiser step*, on the exact
-  sampled tokens. When the batch gets exactly one optimiser step (:func:`needs_old_recompute`
-  is false) π_old equals π_θ at the moment of the training forward, so ``logp_old=None`` means
-  ``logp.detach()`` and no separate pass is needed; with several optimiser steps (mini-batches,
-  ``ppo_epochs > 1``) the trainer scores every sample once, without grad, before the first step.
-
-The same holds for asynchronous rollouts (``RunConfig.max_staleness``, :mod:`legorl.loop.staleness`):
-a sample sampled by older weights still has π_old = the trainer before this step (the proximal
-policy) and its behaviour policy = the engine's logprobs, so the TIS weight is what corrects for
-its staleness; nothing in the loss changes with the mode.
-
-Clipping (reported per step): a ratio term is *clipped low* when ``A < 0`` and the ratio is below
-``1 − ε_low`` and *clipped high* when ``A > 0`` and it is above ``1 + ε_high`` — exactly the terms
-whose gradient the clip removes (the convention of TRL's ``clip_ratio/low_mean``/``high_mean``).
-
-Loss aggregation (:func:`sample_weights`, :func:`aggregate_losses`): each sample has a loss ``ℓ_i``
-(GSPO: ``−`` the mean over its tokens of the clipped surrogate of its sequence ratio, times the
-importance weights; GRPO: the same with per-token ratios), plus ``kl_coef · KL_i`` (k3 estimator
-against a frozen reference, mean over its tokens) when a reference is used. Each sample gets a
-weight ``c_i`` and an optimiser step minimises ``Σ_i c_i ℓ_i / Σ_i c_i`` over its mini-batch. With
-``n_i`` the sample's sampled tokens, and for rollout ``r`` (one harness run, which compaction, a
-rebuild or sub-agents may split into ``k_r`` samples) ``N_r = Σ_{i∈r} n_i``:
-
-=====================  ===================  ============================  ==========================
-``rollout_weighting``  ``loss_aggregation``  ``c_i``                      a rollout's total weight
-=====================  ===================  ============================  ==========================
-``rollout`` (default)  ``sample_mean``       ``1 / k_r``                  1 (equal for all rollouts)
-``rollout``            ``token_mean``        ``n_i / N_r``                1 (equal for all rollouts)
-``sample``             ``sample_mean``       ``1``                        ``k_r`` (GSPO paper)
-``sample``             ``token_mean``        ``n_i``                      ``N_r`` (DAPO's token mean)
-=====================  ===================  ============================  ==========================
-
-So under ``rollout`` a rollout split into five samples weighs what an unsplit one does; the
-aggregation only says how a rollout's weight is shared among its samples (equally, or by sampled
-tokens). GSPO's sequence ratio stays per sample. ``k_r`` and ``N_r`` count the step's trainable
-samples; the denominator is the mini-batch's, however many forward passes it is split into, so
-splitting a mini-batch into micro-batches does not change the gradient (``docs/objective.md``).
+Design (roles of the logprobs, staleness, clipping convention, aggregation): docs/objective.md#gspo
 """
 
 from __future__ import annotations
