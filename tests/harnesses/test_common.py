@@ -4,13 +4,14 @@ with an error or is killed from outside: the cause names the signal."""
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
 
 import pytest
 
 from legorl.harnesses.base import Budget
 from legorl.harnesses.claude_code import ClaudeCodeHarness
 from legorl.harnesses.common import classify, fault_cause, fault_signal
-from legorl.harnesses.opencode import WATCHDOG, OpenCodeHarness
+from legorl.harnesses.opencode import BUDGET_EVENT, WATCHDOG, OpenCodeHarness
 from legorl.sandbox.base import ExecResult
 
 BUDGET = Budget(max_turns=3, max_tokens_per_turn=64, wall_clock_s=30)
@@ -58,3 +59,16 @@ def test_other_failures_are_not_called_runtime_crashes(argv, cause):
     res = exec_result(argv)
     assert fault_signal(res) is None and fault_cause(res) is None
     assert classify(res) == ("crashed", cause)
+
+
+def test_a_previous_runs_stream_does_not_stop_the_next_run_under_the_watchdog(tmp_path):
+    # the stream file was emptied by the background job's redirection, which the watchdog's first count
+    # could outrun: a previous run's steps left in a reused sandbox stopped the next run at once
+    # (3 runs in 40 by hand; these 60 tries failed on that code in 2 of 6 runs of the test, 2 cores loaded)
+    watchdog = WATCHDOG.replace("/tmp/.legorl-opencode.out", str(tmp_path / "out")).replace("MAX_STEPS", "2")
+    program = """echo '{"type":"step_start"}'; sleep 0.05; echo '{"type":"step_finish"}'"""
+    outputs = []
+    for _ in range(60):
+        Path(tmp_path / "out").write_text('{"type":"step_finish"}\n' * 3)
+        outputs.append(exec_result(["bash", "-c", watchdog, "opencode", "bash", "-c", program]).stdout)
+    assert [BUDGET_EVENT in out for out in outputs] == [False] * 60

@@ -41,7 +41,7 @@ class HeldSegment:
     messages: list[Message]  # held messages (held copies of earlier turns) + the returned assistant message
     tools: list[dict[str, Any]] | None
     token_ids: list[int]  # prompt + output of the latest turn, verbatim
-    bridge_text: str  # text closing the sampled assistant turn (see module doc)
+    bridge_text: str  # text closing the sampled assistant turn (docs/gateway.md#alignment)
     last_turn_index: int = -1
     # message index -> output token ids the policy sampled for that assistant message
     sampled: dict[int, list[int]] = field(default_factory=dict)
@@ -283,7 +283,7 @@ def compare_prefix(
             continue
         # a sampled assistant turn: exact when the request carries back what the gateway returned
         # for it (the text a client receives cannot be re-encoded to the sampled ids in general:
-        # see the renderer's module doc, "Round trip"), or renders it as the model emitted it
+        # docs/gateway.md#renderer, "Round trip"), or renders it as the model emitted it
         if returned_unchanged(h, n):
             continue
         sampled_text = seg.sampled_text(renderer, i)
@@ -397,7 +397,7 @@ def _drops_every_sampled_turn(held: Sequence[Message], new: Sequence[Message], c
 def align(
     state: ThreadState, renderer: Renderer, messages: Sequence[Message], tools: Sequence[dict[str, Any]] | None
 ) -> Alignment:
-    """Match a request against a thread's held segments (newest first); see the module doc."""
+    """Match a request against a thread's held segments (newest first); docs/gateway.md#alignment."""
     if not state.segments:
         prompt = renderer.render_prompt(messages, tools)
         return Alignment(

@@ -68,7 +68,7 @@ def default_turn_slack(max_turns: int) -> int:
 
 @dataclass(frozen=True)
 class SessionBudget:
-    """What one session may spend (None: unlimited). See the module doc for the semantics."""
+    """What one session may spend (None: unlimited). Semantics: docs/gateway.md#sessions."""
 
     max_turns: int | None = None  # the harness's agent steps (model calls) ...
     turn_slack: int = 0  # ... plus this many more calls of any kind (side calls)
@@ -458,7 +458,7 @@ class Session:
         self, thread_id: str, messages: Sequence[Message], tools: Sequence[dict[str, Any]] | None, renderer: Renderer
     ) -> Thread:
         """The thread a request goes to: ``thread_id`` unless the request would fork there and
-        extends/realigns another live thread of this session (see the module doc). Takes no lock:
+        extends/realigns another live thread of this session (docs/gateway.md#sessions). Takes no lock:
         the result of aligning against the chosen thread is cached in its state and reused by the
         gateway if the thread did not change meanwhile."""
         th = self.thread(thread_id)

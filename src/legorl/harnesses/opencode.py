@@ -65,7 +65,9 @@ PRELUDE = 'mkdir -p "$XDG_CONFIG_HOME/opencode/node_modules" "$HOME/.opencode/no
 
 BUDGET_EVENT = "legorl_step_budget"
 WATCHDOG = (
-    'o=/tmp/.legorl-opencode.out; "$@" > "$o" & pid=$!; '
+    # the file is emptied before the start, not by the background job's redirection, which the first
+    # count could outrun and read a previous run's steps (as Codex's watchdog did: harnesses/codex.py)
+    'o=/tmp/.legorl-opencode.out; : > "$o"; "$@" >> "$o" & pid=$!; '
     "while kill -0 $pid 2>/dev/null; do "
     '  if [ "$(grep -c \'"type":"step_finish"\' "$o")" -ge MAX_STEPS ]; then '
     "    kill -TERM $pid; sleep 2; kill -KILL $pid 2>/dev/null; "

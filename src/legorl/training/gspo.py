@@ -79,7 +79,7 @@ def sample_weights(
     aggregation: LossAggregation,
     weighting: RolloutWeighting,
 ) -> list[float]:
-    """Each sample's weight ``c_i`` in the loss (the table in the module doc). ``rollout_ids`` say
+    """Each sample's weight ``c_i`` in the loss (the table in docs/objective.md). ``rollout_ids`` say
     which samples came from one rollout; call it on the step's trainable samples."""
     if len(rollout_ids) != len(sampled_tokens):
         raise ValueError("one rollout id and one sampled-token count per sample")
@@ -100,7 +100,7 @@ def sample_weights(
 
 def aggregate_losses(losses: Sequence[torch.Tensor], weights: Sequence[float], total_weight: float) -> torch.Tensor:
     """The part of a mini-batch's loss contributed by ``losses``: ``Σ c_i ℓ_i / total_weight``,
-    ``total_weight`` the mini-batch's ``Σ c_i`` (see the module doc), so that micro-batches of one
+    ``total_weight`` the mini-batch's ``Σ c_i`` (docs/objective.md), so that micro-batches of one
     mini-batch add up to its loss."""
     if not losses:
         raise ValueError("no sample losses to aggregate")
@@ -178,7 +178,7 @@ def sample_loss(
     logp_ref: torch.Tensor | None = None,
 ) -> SampleLoss:
     """Negative clipped surrogate of one sample (to minimise). ``logp_old=None``: π_old is the
-    current policy (one optimiser step per batch, see the module doc). ``logp_ref``: the reference
+    current policy (one optimiser step per batch, docs/objective.md#gspo). ``logp_ref``: the reference
     policy's logprobs, used when ``cfg.kl_coef > 0``."""
     if logp.numel() == 0:
         raise ValueError("sample has no loss-masked tokens")
