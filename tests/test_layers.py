@@ -35,11 +35,10 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("legorl/config.py", "legorl.harnesses.registry"): "as legorl.harnesses.external: the harness-name check",
     ("legorl/tasks/check.py", "legorl.grading.grader"): (
         "`legorl tasks check` confirms a task with the real grader: a task tool above grading that"
-        " lives in tasks (moving it out waits for the concurrent function split of tasks/check.py)"
+        " lives in tasks; open: the task tools (check, synth, mining) as a unit above grading"
     ),
     ("legorl/tasks/mining/pipeline.py", "legorl.grading.grader"): (
-        "mining confirms a mined task with the real grader: as tasks/check.py (the pipeline is being"
-        " split concurrently)"
+        "mining confirms a mined task with the real grader: as tasks/check.py"
     ),
 }
 
