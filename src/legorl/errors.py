@@ -113,6 +113,12 @@ class SandboxError(LegoRLError):
     pass
 
 
+class WorkspaceDiffError(SandboxError):
+    """The workspace's changes cannot be taken: git fails on it, or the diff is over the size limit.
+    That is the state the agent left (it can remove ``.git`` or write a huge file), so a rollout that
+    ends so is scored, not an environment failure (docs/reward-integrity.md)."""
+
+
 class UnsupportedEnvironment(SandboxError):
     """The backend cannot build this task's environment (an apt step in bwrap, an interpreter pyenv
     lacks): an environment failure that retrying will not change."""

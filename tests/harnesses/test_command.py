@@ -46,7 +46,10 @@ def test_custom_command_line_and_variable(tmp_path):
         budget=Budget(max_turns=1, max_tokens_per_turn=64, wall_clock_s=120),
     )
     r = run.rollout
-    assert r.status == "harness_error" and "exit code 3" in r.cause, (r.status, r.cause)
+    # it exited non-zero after the gateway had answered: within the policy's reach, so graded (the
+    # answer never ran: reward 0), the exit code kept in the cause and a flag (docs/reward-integrity.md)
+    assert (r.status, r.reward) == ("ok", 0.0) and "exit code 3" in r.cause, (r.status, r.cause)
+    assert "harness_crashed" in {f.kind for f in r.flag_details}
     assert len(r.samples) == 1 and r.samples[0].num_sampled > 0
     assert_gateway_only(run)
 

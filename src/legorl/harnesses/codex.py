@@ -37,7 +37,8 @@ that called a tool) and stops it after ``Budget.max_turns`` of them, appending a
 ``max_output_tokens``) and a cut answer ends the run (``Incomplete response returned, reason:
 max_output_tokens``): ``budget``. A gateway Codex cannot connect to, it retries for ever
 ("Reconnecting... waiting for network"): the watchdog stops it after :data:`UNREACHABLE_TRIES`
-such events (:data:`UNREACHABLE_EVENT`; ``crashed``, out of the gradient) instead of letting it
+such events (:data:`UNREACHABLE_EVENT`; ``crashed``: out of the gradient before the first answer,
+graded after it, as any crash the agent could fake) instead of letting it
 run into the wall clock.
 
 ``collect`` reads the ``--json`` event stream (``thread.started``, ``turn.started``,

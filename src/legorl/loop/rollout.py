@@ -2,7 +2,9 @@
 
 A bad rollout is data, not a crash: every failure ends up as a status with its cause — a failure of
 the grader's own code on this rollout's diff too (``grader_error``: out of the gradient, counted by
-the batch; :func:`legorl.grading.grader.grade_isolated`).
+the batch; :func:`legorl.grading.grader.grade_isolated`). Only a failure the policy could not have
+caused is kept out of the gradient: a harness crash or an undiffable workspace after the gateway served
+the session an answer is graded (:func:`policy_answered`; docs/reward-integrity.md).
 
 The rollout's :class:`Budget` is enforced by the gateway too: the session is opened with
 ``SessionBudget.from_budget(ctx.budget, declared_concurrency=...)``, so every call made with its
@@ -27,7 +29,7 @@ from pathlib import Path
 from typing import Protocol
 
 from legorl.config import GradingConfig
-from legorl.errors import SandboxError
+from legorl.errors import SandboxError, WorkspaceDiffError
 from legorl.gateway.app import ENGINE_FAILURE_CODES
 from legorl.gateway.sessions import SessionBudget, SessionReport
 from legorl.grading.grader import grade_isolated
@@ -170,6 +172,8 @@ class RolloutRun:
     during: list[Flag] = field(default_factory=list)  # the monitor's flags and the gateway's
     ending: str = ""  # the harness's own, or "budget" when the gateway's spent budget ended it
     budget_cause: str | None = None
+    undiffable: str | None = None  # why the workspace's diff could not be taken (WorkspaceDiffError)
+    scored_failure: str | None = None  # a failure within the agent's reach, graded all the same
 
     def outcome(
         self,
@@ -210,8 +214,15 @@ async def _run_with_layers(
     if engine_cause is not None:  # the model stopped answering: no verdict on the agent, no gradient
         return run.outcome("env_failure", engine_cause)
     run = _with_session(ctx, token, run, turns)
+    # nothing the policy wrote has run before its first answer: a failure then is the environment's
+    if run.undiffable is not None:
+        if not policy_answered(turns):
+            return run.outcome("env_failure", f"workspace diff: {run.undiffable}", flag_details=run.during)
+        run = _scored_failure(run, "workspace_undiffable", run.undiffable)  # graded as no change
     if run.ending == "crashed":
-        return run.outcome("harness_error", _crash_cause(run.result), flag_details=run.during)
+        if not policy_answered(turns):
+            return run.outcome("harness_error", _crash_cause(run.result), flag_details=run.during)
+        run = _scored_failure(run, "harness_crashed", _crash_cause(run.result))
     report = await _grade(ctx, graded, run)
     if report.status != "ok":
         return run.outcome(report.status, report.cause, grader=report, flag_details=report.flag_details)
@@ -244,12 +255,29 @@ async def _harness_in_sandbox(
         if breaches:
             return RolloutOutcome("env_failure", "isolation: " + "; ".join(breaches))
         result = await _monitored_harness(ctx, task, token, sandbox, monitor)
-        diff = await asyncio.to_thread(sandbox.diff)
+        try:
+            diff = await asyncio.to_thread(sandbox.diff)
+        except WorkspaceDiffError as exc:  # the workspace as the agent left it (judged with the turns)
+            return RolloutRun(result, "", monitor, undiffable=str(exc))
     except SandboxError as exc:  # the harness's exit code and log are kept when it had ended
         return RolloutOutcome("env_failure", f"sandbox crashed during the harness: {exc}", result)
     finally:
         await asyncio.to_thread(sandbox.destroy)
     return RolloutRun(result, diff, monitor)
+
+
+def policy_answered(turns: list[Turn]) -> bool:
+    """Whether the gateway served this session an answer: from then on the policy's commands may have
+    run in the sandbox, and whatever fails in there may be their doing."""
+    return any(not t.failed for t in turns)
+
+
+def _scored_failure(run: RolloutRun, kind: str, cause: str) -> RolloutRun:
+    """``run`` graded in spite of a failure the agent could have caused (its commands share the
+    sandbox with the harness, the workspace's git repository and the harness's files): kept out of
+    the gradient, such a failure would hide the policy's own failures (docs/reward-integrity.md)."""
+    flag = Flag(kind=kind, severity="info", stage="during", evidence={"source": "rollout", "detail": cause[:500]})
+    return replace(run, during=[*run.during, flag], scored_failure=cause)
 
 
 async def _monitored_harness(
@@ -337,7 +365,7 @@ def _graded(ctx: RolloutContext, run: RolloutRun, report: GraderReport) -> Rollo
     cut = truncation_flag(run.ending, run.turns)
     if cut is not None:  # what trainer.truncated acts on (legorl.loop.truncation)
         details.append(cut)
-    causes = []
+    causes = [run.scored_failure] if run.scored_failure else []
     if run.ending == "timeout":
         causes.append(f"harness ran past {ctx.budget.wall_clock_s:.0f}s")
     if run.budget_cause:

@@ -25,7 +25,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
-from legorl.errors import SandboxError
+from legorl.errors import WorkspaceDiffError
 
 if TYPE_CHECKING:  # legorl.sandbox.base uses workspace_diff
     from legorl.sandbox.base import Sandbox
@@ -83,7 +83,7 @@ def host_git_env(cwd: Path | str) -> dict[str, str]:
 def workspace_diff(sandbox: Sandbox, base_commit: str) -> str:
     """``git add -A`` + ``git diff --cached --binary <base_commit>`` of the sandbox's workspace, run
     *inside* the sandbox, so git never reads an agent-controlled ``.git/config`` on the host.
-    :class:`SandboxError` when git fails or the diff exceeds :data:`DIFF_LIMIT`."""
+    :class:`WorkspaceDiffError` when git fails on the workspace or the diff exceeds :data:`DIFF_LIMIT`."""
     git = shlex.join(git_argv())
     script = (
         f"{git} add -A >/dev/null && {git} diff --cached --binary --no-ext-diff --no-textconv --no-color "
@@ -91,11 +91,11 @@ def workspace_diff(sandbox: Sandbox, base_commit: str) -> str:
     )
     res = sandbox.exec(script, timeout=300, env=GIT_ENV, max_output_bytes=DIFF_LIMIT)
     if res.timed_out or res.exit_code != 0:
-        raise SandboxError(
+        raise WorkspaceDiffError(
             f"git diff failed in sandbox {sandbox.name} (exit {res.exit_code}): {res.stderr.strip()[-2000:]}"
         )
     if res.truncated:
-        raise SandboxError(f"diff of sandbox {sandbox.name} exceeds {DIFF_LIMIT} bytes")
+        raise WorkspaceDiffError(f"diff of sandbox {sandbox.name} exceeds {DIFF_LIMIT} bytes")
     return res.stdout
 
 

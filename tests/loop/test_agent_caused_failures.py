@@ -1,0 +1,81 @@
+"""Failures the agent can cause are scored, not kept out of the gradient (docs/reward-integrity.md).
+
+An environment failure (``env_failure``, ``harness_error``) is kept out of the gradient and out of
+the pass rate. A policy that could make its own failures look like the environment's would hide
+them: never pushed away from them in training, and a better pass@1 than it earns in evaluation. The
+agent's commands run in the same sandbox as its harness, so everything in there is within its reach:
+the harness process, the workspace's git repository, the harness's own output files. Each attack
+below is a real rollout (gateway, command harness in bubblewrap, grader) whose scripted policy runs
+one command; none of them may end out of the gradient, and none fixes the bug, so each scores 0. The
+gold fix followed by the same crash is graded on what the crash left: reward 1.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from legorl.config import RunConfig
+from legorl.engines.scripted import ScriptedEngine
+from legorl.gateway.renderer import load_smollm2_gguf_tokenizer
+from legorl.harnesses.scripted import fix_command
+from legorl.loop import stack as stack_mod
+from legorl.loop.batch import TRAINABLE_STATUSES
+from legorl.loop.rollout import run_rollout
+from legorl.sandbox.git import DIFF_LIMIT
+from legorl.tasks.loader import get_task
+
+pytestmark = [pytest.mark.sandbox]
+
+TASK = "legorl__trivial-001"
+# the tool command's parent is the harness program (tiny_tool_agent runs each command with bash -c)
+KILL_HARNESS = "kill -SEGV $PPID; sleep 5"
+ATTACKS = {
+    "the harness killed with a fault signal": KILL_HARNESS,
+    "the harness killed outright": "kill -KILL $PPID; sleep 5",
+    "the workspace's git repository removed": "rm -rf /workspace/.git && echo done",
+    "a diff over the size limit": f"head -c {DIFF_LIMIT + 1024} /dev/urandom > /workspace/blob.bin && echo done",
+}
+
+
+async def _rollout(command: str, tmp_path):
+    cfg = RunConfig.load(
+        None,
+        run_dir=str(tmp_path / "run"),
+        **{
+            "rollout.harness": "command",
+            "rollout.max_turns": 3,
+            "rollout.wall_clock_s": 120.0,
+            "grading.retries": 0,
+            "sandbox.root": str(tmp_path / "sandboxes"),
+        },
+    )
+    tok = load_smollm2_gguf_tokenizer()
+    harness = stack_mod.build_harness(cfg.rollout)
+    first, done = harness.scripted_replies(command)
+
+    calls = []
+
+    def policy(prompt: str) -> str:  # one rollout per test: the command, then stop
+        calls.append(prompt)
+        return first if len(calls) == 1 else done
+
+    engine = ScriptedEngine(tok, policy, max_context=262144)
+    async with stack_mod.open_gateway_stack(
+        cfg.engine, rollout=cfg.rollout, engine_instance=engine, run_dir=tmp_path / "run"
+    ) as stack:
+        ctx = stack_mod.rollout_context(cfg, stack, stack_mod.sandbox_backend(cfg.sandbox), harness)
+        return await run_rollout(ctx, get_task(TASK))
+
+
+@pytest.mark.parametrize("attack", list(ATTACKS))
+async def test_a_failure_the_agent_caused_is_scored_zero(attack, tmp_path):
+    rollout = await _rollout(ATTACKS[attack], tmp_path)
+    assert rollout.status in TRAINABLE_STATUSES, (rollout.status, rollout.cause)
+    assert rollout.reward == 0.0 and rollout.cause, rollout.cause
+
+
+async def test_a_harness_crash_after_the_fix_is_graded_on_what_it_left(tmp_path):
+    rollout = await _rollout(f"{fix_command(get_task(TASK))} && {KILL_HARNESS}", tmp_path)
+    assert (rollout.status, rollout.reward) == ("ok", 1.0), rollout.cause
+    assert "harness_crashed" in {f.kind for f in rollout.flag_details}
+    assert "SIGSEGV" in rollout.cause
