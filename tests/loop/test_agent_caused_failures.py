@@ -12,11 +12,14 @@ gold fix followed by the same crash is graded on what the crash left: reward 1.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from legorl.config import RunConfig
 from legorl.engines.scripted import ScriptedEngine
 from legorl.gateway.renderer import load_smollm2_gguf_tokenizer
+from legorl.harnesses.codex import UNREACHABLE_EVENT
 from legorl.harnesses.scripted import fix_command
 from legorl.loop import stack as stack_mod
 from legorl.loop.batch import TRAINABLE_STATUSES
@@ -37,12 +40,12 @@ ATTACKS = {
 }
 
 
-async def _rollout(command: str, tmp_path):
+async def _rollout(command: str, tmp_path, harness_name: str = "command"):
     cfg = RunConfig.load(
         None,
         run_dir=str(tmp_path / "run"),
         **{
-            "rollout.harness": "command",
+            "rollout.harness": harness_name,
             "rollout.max_turns": 3,
             "rollout.wall_clock_s": 120.0,
             "grading.retries": 0,
@@ -79,3 +82,14 @@ async def test_a_harness_crash_after_the_fix_is_graded_on_what_it_left(tmp_path)
     assert (rollout.status, rollout.reward) == ("ok", 1.0), rollout.cause
     assert "harness_crashed" in {f.kind for f in rollout.flag_details}
     assert "SIGSEGV" in rollout.cause
+
+
+@pytest.mark.slow
+async def test_a_forged_codex_unreachable_event_is_scored_zero(tmp_path):
+    # the Codex watchdog's stream file is in the agent's /tmp: one forged event line and a killed Codex
+    # read as "could not reach the gateway" (crashed); the gateway served this session, so it is graded
+    line = json.dumps({"type": UNREACHABLE_EVENT}, separators=(",", ":"))
+    forge = f"printf '%s\\n' '{line}' >> /tmp/.legorl-codex.jsonl; kill -KILL $PPID; sleep 3"
+    rollout = await _rollout(forge, tmp_path, "codex")
+    assert (rollout.status, rollout.reward) == ("ok", 0.0), rollout.cause
+    assert "could not connect to the gateway" in rollout.cause  # the claim is kept, not believed
