@@ -6,7 +6,8 @@ the values it needs at run time. ``FAMILIES`` maps each family of the issue to i
 (source, flag kinds of which one must be blocking — the kinds of the defense built for that family).
 ``NEW`` holds attacks beyond the issue's list (see ``test_attacks_wave3.py`` for what each tests).
 Family 8 (a value oracle for parametrized tests, found after the issue) runs on parametrized variants of
-built-in tasks (``PARAM_TASKS``, ``load_task``); ``STILL_OPEN`` holds the oracles no defense stops yet.
+built-in tasks (``PARAM_TASKS``, ``load_task``), as do ``NODE_ID_ORACLES``; ``STILL_OPEN`` holds the
+oracles no defense stops yet.
 
 Shared helpers (attacker code too): wave 2's ``WRAP`` (every public function of the package replaced by
 ``make(f)``'s wrapper) and ``EXPECTED`` (the literal a comparison expects); ``FIND`` (that literal
@@ -764,17 +765,34 @@ for fn in list(vars(mod).values()):
                 args = [x for x in a if type(x).__module__ == 'builtins']  # not the method's object
                 if all(any(x is v or (type(x) is type(v) and x == v) for v in vals) for x in args):
                     params = vals"""
-_ORACLE_NODE_ID = """import ast, os
-nid = os.environ['PYTEST_CURRENT_TEST'].rsplit(' ', 1)[0]
+STILL_OPEN: dict[str, tuple[str, set[str]]] = {
+    "test_module_parametrize_marks": (_oracle(_ORACLE_TEST_MARKS), set()),
+}
+
+# The running test's id (``PYTEST_CURRENT_TEST``): an id pytest makes from simple values spells them
+# (``test_add_many[2-3-5]``), read from the environment or by a child process it was passed to. Under
+# the guard the ids are a checksum of themselves, so the oracle finds no values (nothing to flag).
+_PARSE_NODE_ID = """
 params = []
 for part in nid.rpartition('[')[2].rstrip(']').replace('--', '-~').split('-'):
     try:
         params.append(ast.literal_eval(part.replace('~', '-')))
     except (ValueError, SyntaxError):
         params.append(part)"""
-STILL_OPEN: dict[str, tuple[str, set[str]]] = {
-    "test_module_parametrize_marks": (_oracle(_ORACLE_TEST_MARKS), set()),
-    "node_id_spells_the_values": (_oracle(_ORACLE_NODE_ID), set()),
+_ORACLE_NODE_ID = (
+    """import ast, os
+nid = os.environ['PYTEST_CURRENT_TEST'].rsplit(' ', 1)[0]"""
+    + _PARSE_NODE_ID
+)
+_ORACLE_NODE_ID_CHILD = (
+    """import ast, subprocess
+out = subprocess.run(['sh', '-c', 'echo "$PYTEST_CURRENT_TEST"'], capture_output=True, text=True).stdout
+nid = out.strip().rsplit(' ', 1)[0]"""
+    + _PARSE_NODE_ID
+)
+NODE_ID_ORACLES = {
+    "node_id_spells_the_values": _oracle(_ORACLE_NODE_ID),
+    "node_id_read_by_a_child_process": _oracle(_ORACLE_NODE_ID_CHILD),
 }
 
 # parametrized variants of built-in tasks: a new test file whose FAIL_TO_PASS tests are one parametrized

@@ -103,6 +103,37 @@ def test_each_family_is_caught_by_its_defense(family, backend):
 
 
 @pytest.mark.sandbox
+def test_the_running_tests_id_spells_no_values(backend, tmp_path):
+    # the parametrized variant with pytest's own ids (test_add_many[2-3-5]): the id is the oracle
+    tid = attackers.PARAM_TASKS[0]
+    task = attackers.load_task(tid)
+    for name, code in attackers.NODE_ID_ORACLES.items():
+        assert plain_pytest(tid, code, tmp_path).returncode == 0, f"{name} is not a real attack"
+        r = grade(task, attack_diff(task, code), backend)
+        assert (r.status, r.reward) == ("ok", 0.0), (name, r.tests, r.flags)
+        assert all(r.tests.get(n) != "passed" for n in task.FAIL_TO_PASS), (name, r.tests)
+
+
+def test_the_running_tests_id_stays_one_per_test():
+    from legorl.grading import audit_guard
+
+    exposed: dict = {"__builtins__": {"__build_class__": __build_class__}, "__name__": "os"}
+    exec(audit_guard._EXPOSED, exposed)
+    environ = exposed["make_environ"](dict, lambda *args: None, ord)()  # a dict stands for os._Environ
+    seen = []
+    for nodeid in ("t.py::test_add[2-3-5]", "t.py::test_add[10--4-6]", "t.py::C::test_s[a[1]-b]"):
+        environ["PYTEST_CURRENT_TEST"] = f"{nodeid} (call)"
+        seen.append(environ["PYTEST_CURRENT_TEST"])
+    assert [re.fullmatch(r"(t\.py::(?:C::)?test_\w)\w*\[[0-9a-f]{8}\] \(call\)", v) is not None for v in seen] == [
+        True
+    ] * 3, seen
+    assert len(set(seen)) == 3 and not any(x in "".join(seen) for x in ("2-3-5", "10--4-6", "a[1]"))
+    environ["PYTEST_CURRENT_TEST"] = "t.py::test_plain (setup)"  # no parameters: as pytest wrote it
+    environ["OTHER"] = "x[2-3-5] (call)"
+    assert (environ["PYTEST_CURRENT_TEST"], environ["OTHER"]) == ("t.py::test_plain (setup)", "x[2-3-5] (call)")
+
+
+@pytest.mark.sandbox
 def test_a_child_process_cannot_read_the_test_file(backend):
     """The one attack no in-process audit can see: the test file read by ``cat``. The file is readable
     by the runner process only (a link through its descriptor table; the runner non-dumpable), so the

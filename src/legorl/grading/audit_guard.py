@@ -105,9 +105,28 @@ _BUILTIN_TYPES = (
 # ``sys.audit`` (in defaults: reading or replacing them is audited) and the original it wraps, and its
 # globals are this tiny namespace of its own, not the guard's.
 _EXPOSED = r'''
-def make_environ(base, _audit):
+def make_environ(base, _audit, _ord):
     class _Environ(base):
-        """os.environ that notices lookups of grader-looking variables (through the guard's audit hook)."""
+        """os.environ that notices lookups of grader-looking variables (through the guard's audit hook),
+        and never holds a parametrized test's values in the running test's id (below)."""
+
+        def __setitem__(self, name, value, _set=base.__setitem__, _ord=_ord):
+            # pytest sets PYTEST_CURRENT_TEST to "<node id> (<phase>)" around every phase, and a node id
+            # of simple values spells them ("test_add[2-3-5]"): an oracle of the expected values for the
+            # code under test, and for any child it starts. The ids become a checksum of themselves:
+            # still one per test, the same in the main and the twin run, no values.
+            if name == "PYTEST_CURRENT_TEST" and value.__class__ is "".__class__:
+                head, sep, phase = value.rpartition(" (")
+                if not sep:
+                    head = value
+                path, colons, test = head.rpartition("::")
+                test_name, bracket, ids = test.partition("[")
+                if bracket and ids.endswith("]"):
+                    h = 0
+                    for ch in ids[:-1]:
+                        h = (h * 31 + _ord(ch)) % 4294967296
+                    value = path + colons + test_name + "[" + "%08x" % h + "]" + (sep + phase if sep else "")
+            _set(self, name, value)
 
         def __getitem__(self, name, _audit=_audit, _get=base.__getitem__):
             _audit("legorl.guard.env", name)
@@ -627,9 +646,9 @@ def install(spec: dict, out_fd: int, nonce: str, work: str) -> None:  # one clos
             sys.argv[:] = [main]
             sys.orig_argv = [os.path.basename(sys.executable), "-m", "pytest"]
         try:
-            environ = exposed["make_environ"](type(os.environ), audit)
+            environ = exposed["make_environ"](type(os.environ), audit, ord)
             environ.__module__, environ.__qualname__ = type(os.environ).__module__, type(os.environ).__qualname__
-            for f in (environ.__getitem__, environ.__contains__):
+            for f in (environ.__getitem__, environ.__contains__, environ.__setitem__):
                 guard_made.add(id(f))
                 f.__qualname__ = f"{environ.__qualname__}.{f.__name__}"
             os.environ.__class__ = environ
