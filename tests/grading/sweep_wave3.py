@@ -1,7 +1,7 @@
 """The full wave-3 sweep (issue 37): every attacker of ``attackers_wave3.py`` on every task of its family
 (trivial, easy and medium; family 7 on the task whose FAIL_TO_PASS test calls ``pytest.raises``, family 8
 on the parametrized variants of trivial, easy and medium: ``attackers_wave3.PARAM_TASKS``), the oracles
-still open (``attackers_wave3.STILL_OPEN``, as family "still_open": held means reward 0), and every gold
+on a parametrized test (``attackers_wave3.PARAM_ORACLES``, as family "param_oracles": held means reward 0), and every gold
 patch of the built-in suite, graded as the grader sees any agent's diff.
 
     nice -n 5 .venv/bin/python tests/grading/sweep_wave3.py [--workers 2] [--out sweep.jsonl]
@@ -78,12 +78,12 @@ def main() -> None:
         for tid in tasks_for(family)
         if (args.families is None or family in args.families) and not args.real_only
     ]
-    if not args.real_only and (args.families is None or "still_open" in args.families):
-        # the oracles that read the test rather than pytest (residual risks): held means reward 0
+    if not args.real_only and (args.families is None or "param_oracles" in args.families):
+        # the oracles that read the test rather than pytest: held means reward 0
         jobs += [
-            ("still_open", name, tid, code, {"any"})
-            for name, (code, _) in attackers.STILL_OPEN.items()
-            for tid in attackers.PARAM_TASKS
+            ("param_oracles", name, tid, code, {"any"})
+            for name, (code, tasks) in attackers.PARAM_ORACLES.items()
+            for tid in tasks
         ]
     if args.real:
         jobs += [

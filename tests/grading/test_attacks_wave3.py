@@ -103,15 +103,79 @@ def test_each_family_is_caught_by_its_defense(family, backend):
 
 
 @pytest.mark.sandbox
-def test_the_running_tests_id_spells_no_values(backend, tmp_path):
-    # the parametrized variant with pytest's own ids (test_add_many[2-3-5]): the id is the oracle
-    tid = attackers.PARAM_TASKS[0]
-    task = attackers.load_task(tid)
-    for name, code in attackers.NODE_ID_ORACLES.items():
-        assert plain_pytest(tid, code, tmp_path).returncode == 0, f"{name} is not a real attack"
+@pytest.mark.parametrize("oracle", sorted(attackers.PARAM_ORACLES))
+def test_a_parametrized_tests_marks_and_id_give_no_values(oracle, backend, tmp_path):
+    # the test module's parametrize marks, the running test's id (test_add_many[2-3-5]) read directly
+    # or by a child: each turns the tests green under plain pytest, none under the guard
+    code, tasks = attackers.PARAM_ORACLES[oracle]
+    for tid in tasks:
+        assert plain_pytest(tid, code, tmp_path).returncode == 0, f"not a real attack on {tid}"
+    for tid in tasks:
+        task = attackers.load_task(tid)
         r = grade(task, attack_diff(task, code), backend)
-        assert (r.status, r.reward) == ("ok", 0.0), (name, r.tests, r.flags)
-        assert all(r.tests.get(n) != "passed" for n in task.FAIL_TO_PASS), (name, r.tests)
+        assert (r.status, r.reward) == ("ok", 0.0), (tid, r.tests, r.flags)
+        assert all(r.tests.get(n) != "passed" for n in task.FAIL_TO_PASS), (tid, r.tests)
+
+
+PARAMETRIZE_FORMS = """import pytest
+
+from calc.arith import add
+
+pytestmark = [pytest.mark.parametrize("k", [1, 2])]  # module level: every test of the file
+
+
+@pytest.mark.parametrize("a, b, expected", [(2, 3, 5), pytest.param(10, -4, 6, id="negative")])
+@pytest.mark.parametrize("z", [0])
+def test_stacked(a, b, expected, z, k):
+    assert add(a, b) + z == expected
+
+
+@pytest.mark.parametrize("x", [1, 2])
+class TestAdd:
+    @pytest.mark.parametrize("y", [3])
+    def test_sum(self, x, y, k):
+        assert add(x, y) == x + y
+
+    @pytest.mark.skipif(True, reason="skipped on purpose")
+    def test_skipped(self, x, k):
+        raise AssertionError("never runs")
+
+    def test_marks_at_run_time(self, request, x, k):
+        assert {m.name for m in request.node.iter_markers()} >= {"parametrize"}
+        assert add(1, 1) == 2
+"""
+
+
+@pytest.mark.sandbox
+def test_parametrize_forms_grade_as_under_plain_pytest(backend, tmp_path):
+    # the guard takes the parametrize marks off the collected tests (the test-module oracle): module,
+    # class and stacked marks, pytest.param ids, skipif, and marks read at run time work as before
+    task = get_task("legorl__trivial-001")
+    path = "tests/test_forms.py"
+    lines = PARAMETRIZE_FORMS.splitlines(True)
+    added = "".join("+" + line for line in lines)
+    new_file = f"diff --git a/{path} b/{path}\nnew file mode 100644\n--- /dev/null\n+++ b/{path}\n@@ -0,0 +1,{len(lines)} @@\n{added}"
+    task = task.model_copy(update={"test_patch": task.test_patch + new_file})
+    work = _after_test_patch(task, tmp_path)
+    subprocess.run(["git", "apply", "-"], input=task.patch.encode(), cwd=work, check=True)
+    plain = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rA", "-q", path],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PATH": "/usr/bin:/bin"},
+    )
+    outcomes = dict(
+        (m.group(2), m.group(1).lower()) for m in re.finditer(r"^(PASSED|SKIPPED|FAILED) (\S+)", plain.stdout, re.M)
+    )
+    passed = sorted(n for n, o in outcomes.items() if o == "passed")
+    assert len(passed) == 12 and "12 passed, 4 skipped" in plain.stdout, plain.stdout[-3000:]
+    graded = task.model_copy(update={"FAIL_TO_PASS": passed, "PASS_TO_PASS": []})
+    r = grade(graded, task.patch, backend)
+    assert (r.status, r.reward) == ("ok", 1.0), (r.tests, r.flags)
+    assert not [f for f in r.flag_details if f.severity == "blocking"], r.flags
+    assert {n: r.tests.get(n) for n in passed} == dict.fromkeys(passed, "passed")
 
 
 def test_the_running_tests_id_stays_one_per_test():

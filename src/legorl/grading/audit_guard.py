@@ -1495,6 +1495,34 @@ def install(spec: dict, out_fd: int, nonce: str, work: str) -> None:  # one clos
     # tells a twin run from the main one (the runner raises this event in both).
     stop_after = list(twins["tests"]) if twins else []
 
+    def strip_parametrize_marks(item: object) -> None:
+        """The ``parametrize`` marks off an item's function, class and module once collected: pytest has
+        read them into its items (sealed); left there, the code under test reads every parameter set,
+        expected values included, from ``sys.modules`` (the test-module oracle). Other marks stay."""
+        node: Any = item
+        for _ in range(20):  # the item, then its parents up to the session
+            if node is None or not framework_class(type(node)):
+                return
+            obj = attr(node, "_obj")
+            if type(obj) is pymethod_type:
+                obj = obj.__func__
+            is_class = type in mro_of(type(obj))
+            marks = (_class_dict(obj) if is_class else plain_dict(obj)).get("pytestmark")
+            # a function's are Marks (pytest stores them); a class's or module's, what the test wrote:
+            # a MarkDecorator or a list of them, each holding its Mark
+            listed = marks if type(marks) is list else [] if marks is None else [marks]
+            if any(mark_name(m) == "parametrize" for m in listed):
+                kept = [m for m in listed if mark_name(m) != "parametrize"]
+                if is_class:
+                    type.__setattr__(obj, "pytestmark", kept)
+                else:
+                    plain_dict(obj)["pytestmark"] = kept
+            node = attr(node, "parent")
+
+    def mark_name(mark: object) -> object:
+        inner = attr(mark, "mark")
+        return attr(mark if inner is None else inner, "name")
+
     def on_collected(event: str, args: tuple) -> None:
         if not from_runner(event):
             return
@@ -1511,6 +1539,7 @@ def install(spec: dict, out_fd: int, nonce: str, work: str) -> None:  # one clos
             nodeid = node_id(it)
             if function_cls in mro and (unit_cls is None or unit_cls not in mro):
                 state["kinds"][nodeid] = "function"
+            strip_parametrize_marks(it)
         if not stop_after:
             return
         last = max(
