@@ -106,3 +106,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                     f"{item.nodeid}: its @settings sets derandomize={own.derandomize}; leave it to the "
                     "Hypothesis profile (tests/conftest.py)"
                 )
+
+
+@pytest.fixture(scope="module")
+def backend(tmp_path_factory: pytest.TempPathFactory):
+    """A bubblewrap backend shared by a module's tests, its sandboxes under a fresh directory. A module
+    that needs another backend (an image cache, podman, a root outside /tmp) defines its own."""
+    from legorl.sandbox.bwrap import BwrapBackend
+
+    return BwrapBackend(root=tmp_path_factory.mktemp("sandboxes"))

@@ -208,13 +208,6 @@ def _generated(extra: str) -> str:
     return f"diff --git a/calc/gen.py b/calc/gen.py\nnew file mode 100644\n--- /dev/null\n+++ b/calc/gen.py\n@@ -0,0 +1 @@\n+{body}\n"
 
 
-@pytest.fixture(scope="module")
-def backend(tmp_path_factory):
-    from legorl.sandbox.bwrap import BwrapBackend
-
-    return BwrapBackend(root=tmp_path_factory.mktemp("sandboxes"))
-
-
 @pytest.mark.sandbox
 @FEW
 @given(hostile_predictions())

@@ -77,11 +77,6 @@ SYMPY_ATTACKERS = {
 }
 
 
-@pytest.fixture(scope="module")
-def backend(tmp_path_factory: pytest.TempPathFactory) -> BwrapBackend:
-    return BwrapBackend(root=tmp_path_factory.mktemp("sandboxes"))
-
-
 def _task(suite: str, iid: str) -> Task:
     (task,) = load_suite(suite, instances=[iid])
     return task

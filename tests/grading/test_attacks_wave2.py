@@ -51,13 +51,6 @@ def attack_diff(task, code: str) -> str:
     return "".join(difflib.unified_diff(old.splitlines(True), new.splitlines(True), f"a/{path}", f"b/{path}"))
 
 
-@pytest.fixture(scope="module")
-def backend(tmp_path_factory):
-    from legorl.sandbox.bwrap import BwrapBackend
-
-    return BwrapBackend(root=tmp_path_factory.mktemp("sandboxes"))
-
-
 def _grade_all(backend, jobs: list[tuple[str, str, str, set[str]]], load=get_task, **kw) -> list[str]:
     """Grade (task id, attacker name, code, expected kinds) jobs concurrently; return the failures
     (``load``: the task of an id)."""

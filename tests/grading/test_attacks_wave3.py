@@ -69,13 +69,6 @@ def plain_pytest(task_id: str, code: str | None, tmp_path: Path) -> subprocess.C
     )
 
 
-@pytest.fixture(scope="module")
-def backend(tmp_path_factory):
-    from legorl.sandbox.bwrap import BwrapBackend
-
-    return BwrapBackend(root=tmp_path_factory.mktemp("sandboxes"))
-
-
 # -- the attacks are real -------------------------------------------------------------------------
 
 

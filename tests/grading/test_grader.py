@@ -23,13 +23,6 @@ def _edit_diff(path: str, old: str, new: str) -> str:
     return f"diff --git a/{path} b/{path}\n--- a/{path}\n+++ b/{path}\n@@ -1 +1 @@\n-{old}\n+{new}\n"
 
 
-@pytest.fixture(scope="module")
-def backend(tmp_path_factory):
-    from legorl.sandbox.bwrap import BwrapBackend
-
-    return BwrapBackend(root=tmp_path_factory.mktemp("sandboxes"))
-
-
 # -- pure helpers (no sandbox) -------------------------------------------------------------------
 
 

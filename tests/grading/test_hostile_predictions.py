@@ -67,13 +67,6 @@ EXPECT = {
 }
 
 
-@pytest.fixture(scope="module")
-def backend(tmp_path_factory):
-    from legorl.sandbox.bwrap import BwrapBackend
-
-    return BwrapBackend(root=tmp_path_factory.mktemp("sandboxes"))
-
-
 @pytest.mark.sandbox
 def test_hostile_predictions_each_get_their_own_verdict_and_the_report_is_written(tmp_path, backend, monkeypatch):
     preds = [{"instance_id": TASK.instance_id, "model_patch": GOLD, "model_name_or_path": "gold"}]

@@ -295,13 +295,6 @@ def test_trace_flags_a_walk_of_the_filesystem_not_imports():
     assert not [f for f in _monitor(_SETUP + _listings(202, imports)).sandbox_flags() if f.kind == "fs_search"]
 
 
-@pytest.fixture(scope="module")
-def backend(tmp_path_factory):
-    from legorl.sandbox.bwrap import BwrapBackend
-
-    return BwrapBackend(root=tmp_path_factory.mktemp("sandboxes"))
-
-
 @pytest.mark.sandbox
 @needs_bwrap
 def test_strace_monitor_sees_what_ran_with_pids(backend):

@@ -14,11 +14,6 @@ from legorl.tasks.model import Task
 pytestmark = [pytest.mark.sandbox, pytest.mark.slow, pytest.mark.swebench_data]
 
 
-@pytest.fixture(scope="module")
-def backend(tmp_path_factory: pytest.TempPathFactory) -> BwrapBackend:
-    return BwrapBackend(root=tmp_path_factory.mktemp("sandboxes"))
-
-
 def _one(suite: str, iid: str) -> Task:
     (task,) = load_suite(suite, instances=[iid])
     return task
