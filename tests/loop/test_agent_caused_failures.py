@@ -18,6 +18,7 @@ import pytest
 
 from legorl.config import RunConfig
 from legorl.engines.scripted import ScriptedEngine
+from legorl.errors import SandboxError
 from legorl.gateway.renderer import load_smollm2_gguf_tokenizer
 from legorl.harnesses.codex import UNREACHABLE_EVENT
 from legorl.harnesses.scripted import fix_command
@@ -40,7 +41,31 @@ ATTACKS = {
 }
 
 
-async def _rollout(command: str, tmp_path, harness_name: str = "command"):
+class FailingHarnessExec:
+    """Fault injection: the harness's exec raises the error bwrap's set-up failure raises (exit code 1,
+    stderr starting ``bwrap:``: legorl.sandbox.bwrap), after running (what an agent that writes to its
+    harness's stderr and makes it exit 1 would leave) or instead of running (a real set-up failure)."""
+
+    def __init__(self, backend, after_running: bool):
+        self.backend, self.after_running = backend, after_running
+        self.name, self.cache = backend.name, getattr(backend, "cache", None)
+
+    def create(self, spec):
+        sandbox = self.backend.create(spec)
+        real = sandbox.exec
+
+        def exec(cmd, *args, **kwargs):
+            if "tiny_tool_agent" not in str(cmd):
+                return real(cmd, *args, **kwargs)
+            if self.after_running:
+                real(cmd, *args, **kwargs)
+            raise SandboxError(f"bwrap failed to set up sandbox {sandbox.name}: bwrap: Can't mount proc")
+
+        sandbox.exec = exec
+        return sandbox
+
+
+async def _rollout(command: str, tmp_path, harness_name: str = "command", wrap=None):
     cfg = RunConfig.load(
         None,
         run_dir=str(tmp_path / "run"),
@@ -66,7 +91,8 @@ async def _rollout(command: str, tmp_path, harness_name: str = "command"):
     async with stack_mod.open_gateway_stack(
         cfg.engine, rollout=cfg.rollout, engine_instance=engine, run_dir=tmp_path / "run"
     ) as stack:
-        ctx = stack_mod.rollout_context(cfg, stack, stack_mod.sandbox_backend(cfg.sandbox), harness)
+        backend = stack_mod.sandbox_backend(cfg.sandbox)
+        ctx = stack_mod.rollout_context(cfg, stack, wrap(backend) if wrap else backend, harness)
         return await run_rollout(ctx, get_task(TASK))
 
 
@@ -93,3 +119,14 @@ async def test_a_forged_codex_unreachable_event_is_scored_zero(tmp_path):
     rollout = await _rollout(forge, tmp_path, "codex")
     assert (rollout.status, rollout.reward) == ("ok", 0.0), rollout.cause
     assert "could not connect to the gateway" in rollout.cause  # the claim is kept, not believed
+
+
+async def test_a_sandbox_failure_after_the_first_answer_is_scored(tmp_path):
+    # the harness ran (the agent's command among it), then its exec read as bwrap's set-up failure: a
+    # sandbox that served an answer was set up, so the claim is within the agent's reach
+    forged = await _rollout("echo hi", tmp_path, wrap=lambda b: FailingHarnessExec(b, after_running=True))
+    assert (forged.status, forged.reward) == ("ok", 0.0), forged.cause
+    assert "harness_crashed" in {f.kind for f in forged.flag_details} and "bwrap:" in forged.cause
+    # the same failure before any answer: nothing of the policy's ran, the environment failed
+    real = await _rollout("echo hi", tmp_path / "b", wrap=lambda b: FailingHarnessExec(b, after_running=False))
+    assert real.status == "env_failure" and real.cause.startswith("sandbox crashed during the harness"), real.cause

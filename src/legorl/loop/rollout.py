@@ -173,6 +173,7 @@ class RolloutRun:
     ending: str = ""  # the harness's own, or "budget" when the gateway's spent budget ended it
     budget_cause: str | None = None
     undiffable: str | None = None  # why the workspace's diff could not be taken (WorkspaceDiffError)
+    sandbox_failed: str | None = None  # the harness's exec raised SandboxError (its result is a crash)
     scored_failure: str | None = None  # a failure within the agent's reach, graded all the same
 
     def outcome(
@@ -215,6 +216,8 @@ async def _run_with_layers(
         return run.outcome("env_failure", engine_cause)
     run = _with_session(ctx, token, run, turns)
     # nothing the policy wrote has run before its first answer: a failure then is the environment's
+    if run.sandbox_failed is not None and not policy_answered(turns):
+        return run.outcome("env_failure", run.sandbox_failed, flag_details=run.during)
     if run.undiffable is not None:
         if not policy_answered(turns):
             return run.outcome("env_failure", f"workspace diff: {run.undiffable}", flag_details=run.during)
@@ -249,21 +252,26 @@ async def _harness_in_sandbox(
         return RolloutOutcome("env_failure", f"sandbox create: {exc}")
     monitor = RolloutMonitor.for_task(task, trace_dir=ctx.trace_dir)
     result: HarnessResult | None = None
+    failed: str | None = None  # the harness's exec failed: judged with the turns (_run_with_layers)
     try:
         # before: the agent's sandbox must be isolated (history cut, hidden tests absent, no network)
         breaches = await asyncio.to_thread(check_isolation, sandbox, task)
         if breaches:
             return RolloutOutcome("env_failure", "isolation: " + "; ".join(breaches))
-        result = await _monitored_harness(ctx, task, token, sandbox, monitor)
+        try:
+            result = await _monitored_harness(ctx, task, token, sandbox, monitor)
+        except SandboxError as exc:  # what bwrap's exit looked like can be the agent's doing (its stderr)
+            failed = f"sandbox crashed during the harness: {exc}"
+            result = HarnessResult("crashed", None, "", str(exc)[-3000:], summary={"cause": failed})
         try:
             diff = await asyncio.to_thread(sandbox.diff)
         except WorkspaceDiffError as exc:  # the workspace as the agent left it (judged with the turns)
-            return RolloutRun(result, "", monitor, undiffable=str(exc))
+            return RolloutRun(result, "", monitor, undiffable=str(exc), sandbox_failed=failed)
     except SandboxError as exc:  # the harness's exit code and log are kept when it had ended
-        return RolloutOutcome("env_failure", f"sandbox crashed during the harness: {exc}", result)
+        return RolloutOutcome("env_failure", failed or f"sandbox crashed during the harness: {exc}", result)
     finally:
         await asyncio.to_thread(sandbox.destroy)
-    return RolloutRun(result, diff, monitor)
+    return RolloutRun(result, diff, monitor, sandbox_failed=failed)
 
 
 def policy_answered(turns: list[Turn]) -> bool:
