@@ -15,7 +15,8 @@ environment failure.
      ├── SandboxError             the environment: a sandbox could not be created, or an exec failed for infra reasons
      │    ├── ImageBuildError          a cached image layer could not be built (names the step, with its output)
      │    │    └── ImageDiskFullError  ... because the disk filled up (the partial layer was removed)
-     │    └── UnsupportedEnvironment   the backend cannot build this task's environment (not transient)
+     │    ├── UnsupportedEnvironment   the backend cannot build this task's environment (not transient)
+     │    └── WorkspaceDiffError       git fails on the workspace or its diff is too large (the agent's state: scored)
      ├── TaskError                a task record or suite is malformed (names instance and field)
      ├── DiffError                a diff git would reject, or one that could be read two ways (also a ValueError)
      ├── RunDirError              a run directory is missing, truncated or corrupt (names the file)
