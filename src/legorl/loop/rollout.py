@@ -285,7 +285,8 @@ def _scored_failure(run: RolloutRun, kind: str, cause: str) -> RolloutRun:
     sandbox with the harness, the workspace's git repository and the harness's files): kept out of
     the gradient, such a failure would hide the policy's own failures (docs/reward-integrity.md)."""
     flag = Flag(kind=kind, severity="info", stage="during", evidence={"source": "rollout", "detail": cause[:500]})
-    return replace(run, during=[*run.during, flag], scored_failure=cause)
+    causes = f"{run.scored_failure}; {cause}" if run.scored_failure else cause  # an undiffable crash: both
+    return replace(run, during=[*run.during, flag], scored_failure=causes)
 
 
 async def _monitored_harness(
