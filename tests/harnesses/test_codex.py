@@ -14,6 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from export_check import assert_export_matches_turns
 from native_helpers import RERUN_ON_RUNTIME_CRASH, foreign_connects, run_native, tool_call, tool_names
 from rollout_helpers import assert_gateway_only, assert_recorded, rollout
 
@@ -213,3 +214,16 @@ def test_codex_compaction_is_a_linked_segment_and_the_step_budget_stops_it(tmp_p
     assert "STATE: LOOKED" in run.prompts[comp.turn_indices[0]] and len(comp.turn_indices) >= 3
     assert [e.kind for e in comp.alignment_events][:3] == ["fork", "extend", "extend"]
     assert foreign_connects(run.connects) == [], run.connects
+
+
+@pytest.mark.slow
+@pytest.mark.sandbox
+def test_codex_smollm2_rollout_exports_the_sampled_tokens(tmp_path):
+    """One rollout of the embedded SmolLM2 through Codex (a ~5.2k-token first prompt): `legorl
+    export` gives samples whose loss-masked tokens are exactly the recorded turns' output tokens."""
+    run = rollout("codex", "embedded", tmp_path, budget=Budget(max_turns=2, max_tokens_per_turn=64, wall_clock_s=300))
+    r = run.rollout
+    assert r.status == "ok", (r.status, r.cause, r.harness_log_tail)
+    samples = assert_export_matches_turns(run.run_dir, tmp_path / "export")
+    assert samples[0]["segment_kind"] == "main"
+    assert_gateway_only(run)

@@ -12,7 +12,9 @@ gold fix followed by the same crash is graded on what the crash left: reward 1.
 
 from __future__ import annotations
 
+import asyncio
 import json
+from pathlib import Path
 
 import pytest
 
@@ -65,7 +67,29 @@ class FailingHarnessExec:
         return sandbox
 
 
-async def _rollout(command: str, tmp_path, harness_name: str = "command", wrap=None):
+class TimesOutUnderLoad:
+    """Fault injection: the engine (the scripted one inside) takes 0.3 s a call and times out a call
+    that arrives while another is in flight (an engine a flood overloads), or the ``fail_call``-th
+    call (0-based) whatever the load (an engine that fails by itself)."""
+
+    def __init__(self, inner, fail_call: int | None = None):
+        self.inner, self.fail_call, self.in_flight, self.calls = inner, fail_call, 0, 0
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    async def generate(self, prompt_token_ids, sampling, **kwargs):
+        index, self.calls, self.in_flight = self.calls, self.calls + 1, self.in_flight + 1
+        try:
+            await asyncio.sleep(0.3)
+            if self.in_flight > 1 or index == self.fail_call:
+                raise TimeoutError()
+            return await self.inner.generate(prompt_token_ids, sampling, **kwargs)
+        finally:
+            self.in_flight -= 1
+
+
+async def _rollout(command: str, tmp_path, harness_name: str = "command", wrap=None, engine_wrap=None):
     cfg = RunConfig.load(
         None,
         run_dir=str(tmp_path / "run"),
@@ -88,6 +112,7 @@ async def _rollout(command: str, tmp_path, harness_name: str = "command", wrap=N
         return first if len(calls) == 1 else done
 
     engine = ScriptedEngine(tok, policy, max_context=262144)
+    engine = engine_wrap(engine) if engine_wrap else engine
     async with stack_mod.open_gateway_stack(
         cfg.engine, rollout=cfg.rollout, engine_instance=engine, run_dir=tmp_path / "run"
     ) as stack:
@@ -130,3 +155,17 @@ async def test_a_sandbox_failure_after_the_first_answer_is_scored(tmp_path):
     # the same failure before any answer: nothing of the policy's ran, the environment failed
     real = await _rollout("echo hi", tmp_path / "b", wrap=lambda b: FailingHarnessExec(b, after_running=False))
     assert real.status == "env_failure" and real.cause.startswith("sandbox crashed during the harness"), real.cause
+
+
+async def test_an_engine_failure_under_the_agents_own_calls_is_scored(tmp_path):
+    # the agent's command calls the gateway itself, 6 calls at once, with the session token its
+    # environment holds; the engine, overloaded, times out the calls that overlap: an engine failure
+    # in a session whose traffic its harness would not make may be the agent's doing, so it is graded
+    flood = f"python3 {Path(__file__).with_name('concurrent_flood_client.py')} 6"
+    rollout = await _rollout(flood, tmp_path, engine_wrap=TimesOutUnderLoad)
+    assert (rollout.status, rollout.reward) == ("ok", 0.0), rollout.cause
+    assert "engine_failed_under_own_traffic" in {f.kind for f in rollout.flag_details}
+    assert "engine failed turn" in rollout.cause and "at once" in rollout.cause, rollout.cause
+    # the same engine failing the harness's own second call, with nothing else calling: the environment's
+    real = await _rollout("echo hi", tmp_path / "b", engine_wrap=lambda e: TimesOutUnderLoad(e, fail_call=1))
+    assert real.status == "env_failure" and real.cause.startswith("engine failed turn 1"), real.cause

@@ -163,6 +163,23 @@ class SessionReport:
         """The turn or token budget was spent and at least one call was refused for it."""
         return any(self.calls_refused.get(r, 0) for r in REFUSAL_TERMINAL)
 
+    def beyond_its_harness(self) -> str | None:
+        """What of the session's traffic its harness would not have made (None: nothing): calls over
+        the declared concurrency or refused for concurrency, or calls from another client. Any
+        program in the sandbox holds the token, so an engine failure in such a session may be that
+        traffic's doing (legorl.loop.rollout)."""
+        seen = []
+        if self.over_declared_concurrency:
+            seen.append(
+                f"{self.over_declared_concurrency} calls over the harness's {self.budget.get('declared_concurrency')} at once"
+            )
+        refused = self.calls_refused.get("concurrency", 0) + self.calls_refused.get("tokens_in_flight", 0)
+        if refused:
+            seen.append(f"{refused} calls refused for concurrency (up to {self.peak_in_flight} in flight)")
+        if self.other_clients:
+            seen.append(f"{sum(c['requests'] for c in self.other_clients)} calls from another client")
+        return "; ".join(seen) or None
+
     def describe(self) -> str:
         """One line for ``Rollout.cause``."""
         b = self.budget

@@ -4,7 +4,8 @@ A bad rollout is data, not a crash: every failure ends up as a status with its c
 the grader's own code on this rollout's diff too (``grader_error``: out of the gradient, counted by
 the batch; :func:`legorl.grading.grader.grade_isolated`). Only a failure the policy could not have
 caused is kept out of the gradient: a harness crash or an undiffable workspace after the gateway served
-the session an answer is graded (:func:`policy_answered`; docs/reward-integrity.md).
+the session an answer is graded (:func:`policy_answered`), and so is an engine failure in a session
+whose traffic its harness would not make (``SessionReport.beyond_its_harness``; docs/reward-integrity.md).
 
 The rollout's :class:`Budget` is enforced by the gateway too: the session is opened with
 ``SessionBudget.from_budget(ctx.budget, declared_concurrency=...)``, so every call made with its
@@ -175,6 +176,7 @@ class RolloutRun:
     undiffable: str | None = None  # why the workspace's diff could not be taken (WorkspaceDiffError)
     sandbox_failed: str | None = None  # the harness's exec raised SandboxError (its result is a crash)
     scored_failure: str | None = None  # a failure within the agent's reach, graded all the same
+    own_traffic: str | None = None  # the session's calls its harness would not make (SessionReport)
 
     def outcome(
         self,
@@ -211,10 +213,13 @@ async def _run_with_layers(
     if isinstance(run, RolloutOutcome):  # the environment failed: no verdict on the agent
         return run
     turns = _session_turns(ctx, token)
-    engine_cause = engine_failure(turns)
-    if engine_cause is not None:  # the model stopped answering: no verdict on the agent, no gradient
-        return run.outcome("env_failure", engine_cause)
     run = _with_session(ctx, token, run, turns)
+    engine_cause = engine_failure(turns)
+    if engine_cause is not None:
+        if run.own_traffic is None:  # the model stopped answering its harness: no verdict, no gradient
+            return run.outcome("env_failure", engine_cause)
+        # other calls with the session's token loaded the engine: the failure may be the agent's doing
+        run = _scored_failure(run, "engine_failed_under_own_traffic", f"{engine_cause} ({run.own_traffic})")
     # nothing the policy wrote has run before its first answer: a failure then is the environment's
     if run.sandbox_failed is not None and not policy_answered(turns):
         return run.outcome("env_failure", run.sandbox_failed, flag_details=run.during)
@@ -321,17 +326,18 @@ def _session_turns(ctx: RolloutContext, token: str) -> list[Turn]:
 def _with_session(ctx: RolloutContext, token: str, run: RolloutRun, turns: list[Turn]) -> RolloutRun:
     """The run with what was seen during it: the monitor's flags and the gateway's, and a spent budget
     (a harness that ended because its model stopped answering then ended by ``budget``)."""
-    during, ending, budget_cause = run.monitor.flags(turns), run.result.ending, None
+    during, ending, budget_cause, own_traffic = run.monitor.flags(turns), run.result.ending, None, None
     gw_report = _session_report(ctx, token)
     if gw_report is not None:
         during = [*during, *gw_report.flags()]
+        own_traffic = gw_report.beyond_its_harness()
         if gw_report.exhausted:
             budget_cause = gw_report.describe()
             if ending in ("finished", "crashed") and run.result.exit_code is not None:
                 # the model stopped answering: whatever the harness did then is not a harness failure
                 ending = "budget"
                 budget_cause += f" (harness exit code {run.result.exit_code})"
-    return replace(run, turns=turns, during=during, ending=ending, budget_cause=budget_cause)
+    return replace(run, turns=turns, during=during, ending=ending, budget_cause=budget_cause, own_traffic=own_traffic)
 
 
 def _crash_cause(result: HarnessResult) -> str:
@@ -385,7 +391,8 @@ def _graded(ctx: RolloutContext, run: RolloutRun, report: GraderReport) -> Rollo
 
 def engine_failure(turns: list[Turn]) -> str | None:
     """The cause, if the engine failed a call of this rollout (after its own retries): whatever the
-    harness did next answered a broken model, so the rollout is an environment failure."""
+    harness did next answered a broken model, so the rollout is an environment failure, unless other
+    calls with its token may have caused it (:func:`_run_with_layers`)."""
     for turn in turns:
         error = turn.response.get("error") if turn.failed else None
         if isinstance(error, dict) and error.get("code") in ENGINE_FAILURE_CODES:
