@@ -161,7 +161,7 @@ async def test_an_engine_failure_under_the_agents_own_calls_is_scored(tmp_path):
     # the agent's command calls the gateway itself, 6 calls at once, with the session token its
     # environment holds; the engine, overloaded, times out the calls that overlap: an engine failure
     # in a session whose traffic its harness would not make may be the agent's doing, so it is graded
-    flood = f"python3 {Path(__file__).with_name('concurrent_flood_client.py')} 6"
+    flood = f"python3 {Path(__file__).parent.parent / 'harnesses' / 'budget_flood_client.py'} 6 --at-once"
     rollout = await _rollout(flood, tmp_path, engine_wrap=TimesOutUnderLoad)
     assert (rollout.status, rollout.reward) == ("ok", 0.0), rollout.cause
     assert "engine_failed_under_own_traffic" in {f.kind for f in rollout.flag_details}
