@@ -33,6 +33,15 @@ import slow_first
 from hypothesis import settings as hypothesis_settings
 from needs import unavailable
 
+# Under pytest-xdist the workers share the machine's cores: each worker's processes (the worker, the
+# `legorl train` and vLLM servers it starts) get their share of them as OpenMP threads. With torch's
+# default (every core) in both workers of a 2-core machine, the threads of one parallel region wait on
+# each other across time slices: SmolLM2 decoded 10x slower (docs/harness-bench.md), and the suite's
+# training tests ran 1.7x longer than with one thread each. Set here, before anything imports torch.
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if _WORKERS > 1:
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // _WORKERS)))
+
 hypothesis_settings.register_profile(
     "ci", derandomize=True, max_examples=40, deadline=None, database=None, print_blob=True
 )  # deadline off: a loaded 2-core CI machine is slow at random

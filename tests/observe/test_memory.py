@@ -43,3 +43,22 @@ def test_proportional_memory_counts_shared_pages_once():
             c.wait()
     assert usage.processes >= 5
     assert usage.pss_bytes < usage.rss_bytes  # the interpreters' shared code counted once, not five times
+
+
+def test_the_watcher_takes_at_most_its_share_of_a_core(monkeypatch):
+    """A sample that costs 50 ms of CPU, a 10% ceiling: the watcher waits 0.5 s after each one,
+    however short ``interval`` is."""
+    calls = []
+
+    def costly_sample(self):
+        calls.append(time.monotonic())
+        t0 = time.thread_time()
+        while time.thread_time() - t0 < 0.05:
+            pass
+
+    monkeypatch.setattr(TreeMemory, "sample", costly_sample)
+    with TreeMemory(interval=0.01, max_duty=0.1):
+        time.sleep(1.6)
+    watched = calls[1:-1]  # the first and last samples are the block's own, at its start and end
+    assert 2 <= len(watched) <= 4, len(watched)
+    assert all(b - a >= 0.5 for a, b in zip(watched, watched[1:]))

@@ -18,6 +18,7 @@ from __future__ import annotations
 import ctypes
 import gc
 import threading
+import time
 from dataclasses import dataclass
 from types import TracebackType
 
@@ -90,10 +91,15 @@ def tree_rss_bytes(root: psutil.Process | None = None) -> int:
 class TreeMemory:
     """``with TreeMemory() as mem: ...`` then ``mem.peak_bytes`` (proportional, the tree's own
     memory) and ``mem.peak_rss_bytes`` (summed RSS, shared pages once per process): the largest
-    values seen while the block ran (sampled every ``interval`` s, and at its start and end)."""
+    values seen while the block ran (sampled every ``interval`` s, and at its start and end).
 
-    def __init__(self, interval: float = 0.5) -> None:
+    Reading a tree's proportional sizes walks every process's page tables (tens of milliseconds for
+    a trainer and its sandboxes): the wait after a sample is at least ``1 / max_duty`` times what it
+    cost, so the watcher never takes more than that share of a core from the run it measures."""
+
+    def __init__(self, interval: float = 0.5, max_duty: float = 0.02) -> None:
         self.interval = interval
+        self.max_duty = max_duty
         self.peak_bytes = 0
         self.peak_rss_bytes = 0
         self.peak_processes = 0
@@ -109,8 +115,11 @@ class TreeMemory:
         return now
 
     def _watch(self) -> None:
-        while not self._stop.wait(self.interval):
+        wait = self.interval
+        while not self._stop.wait(wait):
+            t0 = time.thread_time()  # this thread's CPU: the sample's cost to the run, not its wall time
             self.sample()
+            wait = max(self.interval, (time.thread_time() - t0) / self.max_duty)
 
     def __enter__(self) -> TreeMemory:
         self.sample()
