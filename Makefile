@@ -9,6 +9,9 @@ export LEGORL_HOME ?= $(HOME)/.cache/legorl
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
+# mypy's cache outlives the checkout: a fresh clone is checked in seconds (mypy compares the files'
+# hashes with what it cached), not the 90 s of a cold run
+export MYPY_CACHE_DIR ?= $(HOME)/.cache/mypy-legorl
 
 .PHONY: setup system-packages demo test test-fast fuzz lint clean-venv
 
@@ -50,8 +53,8 @@ demo:
 # for its known cause, and the end of the run lists every rerun with its reason (tests/flaky_marker.py).
 # Two test files run at a time (pytest-xdist; a file's tests share one worker and its module fixtures),
 # the longest first (tests/slow_first.py; --no-loadscope-reorder: xdist would otherwise hand out the
-# files with the most tests first and leave the long one-test files for the end): most tests wait on
-# subprocesses, sandboxes and servers.
+# files with the most tests first and leave the long one-test files for the end). Each worker's
+# processes get their share of the cores as OpenMP threads (tests/conftest.py): one each on 2 cores.
 test: setup lint
 	HYPOTHESIS_PROFILE=ci $(VENV)/bin/pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=30
 
