@@ -83,6 +83,11 @@ from legorl.tasks.model import MinedInfo, Task, TaskEnvironment
 from legorl.tasks.synth import Mutation, reverse_diff, source_files
 
 Method = Literal["commits", "mutations"]
+# A mutant's test run may take this multiple of the unmutated suite's time, plus a margin for the
+# sandbox, and at most `timeout`: a mutant that never ends (a loop bound flipped) would otherwise
+# hold a worker for the whole `timeout` (more-itertools: 10 minutes each, for a suite of seconds).
+MUTANT_TIME_FACTOR = 5.0
+MUTANT_TIME_MARGIN_S = 60.0
 CONFIRM_FORMAT = 1  # bump when what the grader's confirmation checks changes: cached confirmations no longer count
 METHODS: tuple[Method, ...] = ("commits", "mutations")
 T = TypeVar("T")
@@ -285,6 +290,11 @@ class _MutationBase:
     stable: set[str]
     covering: dict[tuple[str, str], set[str]]
     test_files: list[str]
+    seconds: float  # the whole suite's run, unmutated
+
+    def mutant_timeout(self, limit: float) -> float:
+        """How long a mutant's test run may take (see MUTANT_TIME_FACTOR)."""
+        return min(limit, MUTANT_TIME_MARGIN_S + MUTANT_TIME_FACTOR * self.seconds)
 
 
 class Miner:
@@ -583,7 +593,9 @@ class Miner:
             )
         covering = self._coverage(tree, probed)
         test_files = sorted({p for p in self._tree_files(tree) if is_test_suite_file(p)})
-        return _MutationBase(commit, snapshot, tree_id, tree, env, plain.durations, stable, covering, test_files)
+        return _MutationBase(
+            commit, snapshot, tree_id, tree, env, plain.durations, stable, covering, test_files, plain.seconds
+        )
 
     def _mutation_candidates(
         self, source: MiningSource, mrep: MethodReport, base: _MutationBase, candidates: list[Mutant]
@@ -615,7 +627,7 @@ class Miner:
             base.env,
             edits=((m.path, m.mutated),),
             tests=tuple(sorted(selected)) if GLOBAL not in selected else (),
-            timeout=self.options.timeout,
+            timeout=base.mutant_timeout(self.options.timeout),
             max_fail=self.options.max_fail + 1,
         )
         before = run_tests(spec, self.backend, self.cache)
