@@ -39,7 +39,7 @@ from legorl.tasks.environment import env_recipe
 from legorl.tasks.mining.sources import mining_root
 from legorl.tasks.model import TaskEnvironment
 
-RUN_FORMAT = 3  # bump when what a run records (or how) changes: old cache entries no longer match
+RUN_FORMAT = 4  # bump when what a run records (or how) changes: old cache entries no longer match
 GLOBAL = "<global>"
 _MARK = "LEGORL-MINING-PROBE-"
 _ERR = "LEGORL-MINING-STDERR"
@@ -65,7 +65,37 @@ def _tracer(frame, event, arg):
     return None
 
 
-if _COVER:
+# Python 3.12+: sys.monitoring reports a function's first start (and resume) in each context and is
+# then silent for it until the context changes (restart_events), where settrace calls back on every
+# call: on a suite that computes (more-itertools' primes) the traced run took minutes, not seconds.
+_TOOL = None
+if _COVER and hasattr(sys, "monitoring"):
+    for _tool in range(1, 6):
+        try:
+            sys.monitoring.use_tool_id(_tool, "legorl-mining-probe")
+        except ValueError:  # taken (coverage.py, a profiler)
+            continue
+        _TOOL = _tool
+        break
+
+
+def _first_start(code, offset):
+    _codes.setdefault(_current[0], set()).add(code)
+    return sys.monitoring.DISABLE
+
+
+def _enter(context):  # record the functions run from now on under `context`
+    _current[0] = context
+    if _TOOL is not None:
+        sys.monitoring.restart_events()
+
+
+if _TOOL is not None:
+    _events = sys.monitoring.events.PY_START | sys.monitoring.events.PY_RESUME
+    sys.monitoring.register_callback(_TOOL, sys.monitoring.events.PY_START, _first_start)
+    sys.monitoring.register_callback(_TOOL, sys.monitoring.events.PY_RESUME, _first_start)
+    sys.monitoring.set_events(_TOOL, _events)
+elif _COVER:
     sys.settrace(_tracer)
     threading.settrace(_tracer)
 
@@ -91,13 +121,13 @@ def _detail(report):
 @pytest.hookimpl(hookwrapper=True)
 def pytest_collectstart(collector):
     if _COVER and isinstance(collector, pytest.Module):
-        _current[0] = collector.nodeid
+        _enter(collector.nodeid)
     yield
 
 
 def pytest_collectreport(report):
     if _COVER:
-        _current[0] = "<global>"
+        _enter("<global>")
     if report.failed:
         message, frames = _detail(report)
         _out["collect_errors"][report.nodeid or "<session>"] = message
@@ -116,9 +146,9 @@ def pytest_collection_modifyitems(session, config, items):
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    _current[0] = item.nodeid if _PER_TEST else item.nodeid.split("::", 1)[0]
+    _enter(item.nodeid if _PER_TEST else item.nodeid.split("::", 1)[0])
     yield
-    _current[0] = "<global>"
+    _enter("<global>")
 
 
 def pytest_runtest_logreport(report):
@@ -136,8 +166,12 @@ def pytest_runtest_logreport(report):
 
 def pytest_sessionfinish(session):
     if _COVER:
-        sys.settrace(None)
-        threading.settrace(None)
+        if _TOOL is not None:
+            sys.monitoring.set_events(_TOOL, 0)
+            sys.monitoring.free_tool_id(_TOOL)
+        else:
+            sys.settrace(None)
+            threading.settrace(None)
         cov = {}
         for bucket, codes in _codes.items():
             seen = set()
