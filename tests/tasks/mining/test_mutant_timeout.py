@@ -1,5 +1,5 @@
 """A mutant whose tests never end costs a multiple of the unmutated suite's time, not the miner's
-whole ``timeout`` (10 minutes a mutant on more-itertools, whose suite runs in seconds): it is
+whole ``timeout`` (10 minutes a mutant on more-itertools, whose whole suite runs in 29 s): it is
 rejected as an environment problem that names the shorter limit, and the other mutants are kept."""
 
 from __future__ import annotations
