@@ -29,6 +29,18 @@ def _rollout_of(run_dir: Path, *, flagged: bool, resolved: bool | None = None) -
     raise AssertionError("the run has no such rollout")
 
 
+def _follow(page, link) -> None:
+    """Click a link (a selector or a locator) and wait for the page it opens to finish loading.
+
+    A click waits only until the navigation commits; the new page may still be parsing, and a
+    count() taken then sees part of it (CI saw one `.side` of two on a long compare page)."""
+    with page.expect_navigation(wait_until="load"):
+        if isinstance(link, str):
+            page.click(link)
+        else:
+            link.click()
+
+
 def test_wrong_or_missing_token_gets_401(ui, page):
     for url in (
         f"{ui.origin}/?token=not-the-token",
@@ -43,7 +55,7 @@ def test_wrong_or_missing_token_gets_401(ui, page):
 
 def test_overview_charts_render(ui, page, shots):
     page.goto(ui.url)
-    page.click("text=trained")
+    _follow(page, "text=trained")
     page.wait_for_selector("figure.chart svg polyline.curve", state="attached")
     titles = page.locator("figure.chart figcaption").all_inner_texts()
     assert "reward" in titles and "rollout vs trainer mismatch" in titles
@@ -56,7 +68,7 @@ def test_overview_charts_render(ui, page, shots):
     assert "finished" in page.locator("#summary").inner_text()
     assert '"harness": "command"' in page.locator("pre.config").inner_text()
     page.screenshot(path=str(shots / "overview.png"), full_page=True)
-    page.click("text=tasks × steps")
+    _follow(page, "text=tasks × steps")
     assert page.locator("#task-grid tr").count() == 3  # header + two tasks
     page.screenshot(path=str(shots / "task-grid.png"), full_page=True)
 
@@ -88,10 +100,10 @@ def test_flagged_rollout_shows_its_evidence(ui, page, trained_run, shots):
     page.goto(ui.url)
     page.goto(f"{ui.origin}/run/trained/rollouts")
     page.select_option("select[name=flag]", "modified_test_file")
-    page.click("#filters button")
+    _follow(page, "#filters button")
     rows = page.locator("#rollout-rows tr")
     assert rows.count() >= 1 and all("modified_test_file" in t for t in rows.all_inner_texts())
-    rows.first.locator("a").first.click()
+    _follow(page, rows.first.locator("a").first)
     ev = page.locator("#flag-evidence")
     text = ev.inner_text()
     assert "modified_test_file" in text and "blocking" in text
@@ -105,12 +117,12 @@ def test_two_rollouts_side_by_side_and_two_runs_compared(trained_run, page, shot
         page.goto(ui.url)
         a = _rollout_of(trained_run, flagged=True)
         page.goto(f"{ui.origin}/run/trained/rollout/{a}")
-        page.locator("a.cmp").first.click()
+        _follow(page, page.locator("a.cmp").first)
         assert page.locator(".side-by-side .side").count() == 2
         assert page.locator(".side-by-side .side .tool-call").count() >= 2
         page.screenshot(path=str(shots / "side-by-side.png"), full_page=True)
         page.goto(ui.url)
-        page.click("text=compare these runs")
+        _follow(page, "text=compare these runs")
         assert "trained vs trained-2" in page.locator("h1").inner_text()
         page.wait_for_selector("figure.chart svg polyline.curve", state="attached")
         assert page.locator("polyline[data-key='trained-2: rollout/reward_mean']").count() == 1
@@ -141,7 +153,7 @@ def test_rollout_appears_live_while_the_run_continues(live_run, page, shots):
         page.screenshot(path=str(shots / "live-rollout.png"), full_page=True)
         status = _status(live_run.run_dir)  # legorl status of the live run
         assert status["state"] == "running" and status["steps"] == 2 and status["rollouts"] >= 1
-        page.locator(f"tr[data-rollout='{new_id}'] a").first.click()
+        _follow(page, page.locator(f"tr[data-rollout='{new_id}'] a").first)
         assert page.locator(".turn .tool-call").count() >= 1
     live_run.join()
     done = _status(live_run.run_dir)
@@ -166,20 +178,20 @@ def test_export_opens_from_file(trained_run, tmp_path, page, shots):
     result = export_snapshot(trained_run, tmp_path / "snap")
     assert result["rollouts"] == 8
     page.goto((tmp_path / "snap" / "index.html").as_uri())
-    page.click("text=trained")
+    _follow(page, "text=trained")
     page.wait_for_selector("figure.chart svg polyline.curve", state="attached")
     assert "static snapshot" in page.locator("nav").inner_text()
     page.screenshot(path=str(shots / "export-overview.png"), full_page=True)
-    page.click("nav >> text=rollouts")
+    _follow(page, "nav >> text=rollouts")
     assert page.locator("#rollout-rows tr").count() == 8
     page.select_option("select[name=flag]", "modified_test_file")  # filtered in the browser
     visible = page.locator("#rollout-rows tr:not([hidden])")
     assert 1 <= visible.count() < 8
-    visible.first.locator("a").first.click()
+    _follow(page, visible.first.locator("a").first)
     assert page.url.startswith("file://")
     assert "modified_test_file" in page.locator("#flag-evidence").inner_text()
     assert page.locator(".tokens .tok.m1[style*='background']").count() > 5
-    page.locator("a.cmp").first.click()
+    _follow(page, page.locator("a.cmp").first)
     assert page.locator(".side-by-side .side").count() == 2
     page.screenshot(path=str(shots / "export-side-by-side.png"), full_page=True)
     time.sleep(0)  # nothing is served: the pages above came from files
