@@ -35,6 +35,7 @@ from pathlib import Path
 from legorl import junit, pyparse
 from legorl.errors import LegoRLError, TaskError
 from legorl.rules import is_test_suite_file
+from legorl.tasks.ast_edits import ModuleEdits
 from legorl.tasks.model import Task, Tier
 
 _COPY_IGNORE = shutil.ignore_patterns(
@@ -357,17 +358,12 @@ def find_mutations(repo: Path, rel: str) -> list[Mutation]:
             if node.value > 0:
                 edits.append(("off_by_one", node.lineno, start, end, str(node.value - 1)))
 
-    mutations = []
-    original_dump = ast.dump(tree)
-    for kind, lineno, start, end, new in edits:
-        mutated = text[:start] + new + text[end:]
-        try:
-            if ast.dump(pyparse.parse(mutated)) == original_dump:
-                continue
-        except SyntaxError:
-            continue
-        mutations.append(Mutation(rel, lineno, kind, text[start:end], new, text, mutated))
-    return mutations
+    judge = ModuleEdits(text, tree)
+    return [
+        Mutation(rel, lineno, kind, text[start:end], new, text, text[:start] + new + text[end:])
+        for kind, lineno, start, end, new in edits
+        if judge.changes_tree(start, end, new)
+    ]
 
 
 def reverse_diff(m: Mutation) -> str:

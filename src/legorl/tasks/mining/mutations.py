@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from legorl import pyparse
+from legorl.tasks.ast_edits import ModuleEdits
 from legorl.tasks.mining.functions import MODULE_SCOPE, FunctionIndex
 from legorl.tasks.synth import find_mutations
 
@@ -174,15 +175,9 @@ def mutants(repo: Path, rel: str) -> list[Mutant]:
         Mutant(rel, index.at(m.lineno), m.kind, m.lineno, m.before, m.after, m.mutated)
         for m in find_mutations(repo, rel)
     ]
-    src = _Text(text)
-    original = ast.dump(tree)
-    for kind, line, start, end, new in _edits(tree, src):
-        mutated = text[:start] + new + text[end:]
-        try:
-            if ast.dump(pyparse.parse(mutated, quiet=True)) == original:
-                continue
-        except (SyntaxError, ValueError):
-            continue
-        out.append(Mutant(rel, index.at(line), kind, line, text[start:end], new, mutated))
+    edits = ModuleEdits(text, tree)
+    for kind, line, start, end, new in _edits(tree, _Text(text)):
+        if edits.changes_tree(start, end, new):
+            out.append(Mutant(rel, index.at(line), kind, line, text[start:end], new, text[:start] + new + text[end:]))
     unique = {m.key: m for m in out if m.function != MODULE_SCOPE}
     return sorted(unique.values(), key=lambda m: (m.line, m.kind, m.before, m.after))
