@@ -21,7 +21,7 @@ from legorl.errors import ConfigError, SandboxError
 from legorl.sandbox import hostfs
 from legorl.sandbox.bwrap import BwrapBackend
 from legorl.sandbox.cgroup import SandboxCgroup
-from legorl.sandbox.git import GIT_CONFIG, git_argv, host_git_env
+from legorl.sandbox.git import GIT_CONFIG, export_commit, git_argv, host_git_env
 from legorl.sandbox.hostproc import Captured, require_program, run_captured, signal_name
 from legorl.sandbox.images import ImageCache, default_cache
 
@@ -228,6 +228,24 @@ def test_git_runs_no_hook_of_the_repository(tmp_path: Path):
     assert not fired.exists()
     log = _git(["log", "--format=%an|%ae|%ad", "--date=iso-strict"], repo).stdout.strip()
     assert log == "legorl|legorl@localhost|2000-01-01T00:00:00+00:00"
+
+
+def test_export_commit_writes_the_tree_or_says_why_not(tmp_path: Path):
+    repo = tmp_path / "repo"
+    (repo / "pkg").mkdir(parents=True)
+    assert _git(["init", "-q"], repo).returncode == 0
+    (repo / "pkg" / "a.py").write_text("x = 1\n")
+    (repo / "run.sh").write_text("#!/bin/sh\n")
+    (repo / "run.sh").chmod(0o755)
+    assert _git(["add", "-A"], repo).returncode == 0 and _git(["commit", "-q", "-m", "m"], repo).returncode == 0
+    (repo / "pkg" / "a.py").write_text("x = 2\n")  # not committed: not exported
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    assert export_commit(repo, "HEAD", dest) is None
+    assert sorted(p.name for p in dest.rglob("*")) == ["a.py", "pkg", "run.sh"]  # no .git
+    assert (dest / "pkg" / "a.py").read_text() == "x = 1\n" and os.access(dest / "run.sh", os.X_OK)
+    why = export_commit(repo, "no-such-ref", tmp_path)
+    assert why is not None and "no-such-ref" in why
 
 
 def test_host_git_never_takes_a_parent_repository(tmp_path: Path):

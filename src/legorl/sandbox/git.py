@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
@@ -80,6 +81,39 @@ def host_git_env(cwd: Path | str) -> dict[str, str]:
     }
 
 
+def export_commit(git_dir: Path, ref: str, dest: Path, *, timeout: float = 600) -> str | None:
+    """Write the tree of ``ref`` in the repository ``git_dir`` into the existing directory ``dest``
+    (``git archive | tar -x``, streamed; no ``.git``, files owned by the caller). None when it worked,
+    else what git or tar said (each caller raises its own error with it)."""
+    archive = subprocess.Popen(
+        git_argv("archive", "--format=tar", ref),
+        cwd=git_dir,
+        env=host_git_env(git_dir),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        untar = subprocess.run(
+            ["tar", "-x", "--no-same-owner", "-C", str(dest)],
+            stdin=archive.stdout,
+            capture_output=True,
+            timeout=timeout,
+        )
+    except subprocess.TimeoutExpired:
+        archive.kill()
+        untar = None
+    finally:
+        if archive.stdout is not None:
+            archive.stdout.close()
+        err = archive.stderr.read().decode("utf-8", "replace") if archive.stderr is not None else ""
+        rc = archive.wait(timeout=60)
+    if untar is None:
+        return f"git archive {ref} | tar -x: no end after {timeout:.0f} s"
+    if rc != 0 or untar.returncode != 0:
+        return " ".join((err or untar.stderr.decode("utf-8", "replace")).split()) or f"exit {rc}/{untar.returncode}"
+    return None
+
+
 def workspace_diff(sandbox: Sandbox, base_commit: str) -> str:
     """``git add -A`` + ``git diff --cached --binary <base_commit>`` of the sandbox's workspace, run
     *inside* the sandbox, so git never reads an agent-controlled ``.git/config`` on the host.
@@ -99,4 +133,4 @@ def workspace_diff(sandbox: Sandbox, base_commit: str) -> str:
     return res.stdout
 
 
-__all__ = ["DIFF_LIMIT", "GIT_CONFIG", "GIT_ENV", "git_argv", "host_git_env", "workspace_diff"]
+__all__ = ["DIFF_LIMIT", "GIT_CONFIG", "GIT_ENV", "export_commit", "git_argv", "host_git_env", "workspace_diff"]

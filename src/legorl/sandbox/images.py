@@ -63,7 +63,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from legorl.errors import ImageBuildError, ImageDiskFullError, SandboxError  # re-exported
-from legorl.sandbox.git import git_argv, host_git_env
+from legorl.sandbox.git import export_commit, git_argv, host_git_env
 from legorl.sandbox.hostfs import force_rmtree
 from legorl.settings import legorl_home, settings
 
@@ -308,20 +308,9 @@ def build_instance_tree(
     source = Path(recipe.source_dir)
     if recipe.base_commit and (source / ".git").exists():
         dest.mkdir(parents=True)
-        archive = subprocess.run(
-            git_argv("archive", "--format=tar", recipe.base_commit),
-            cwd=source,
-            env=host_git_env(source),
-            capture_output=True,
-            timeout=600,
-        )
-        if archive.returncode != 0:
-            raise ImageBuildError(
-                "git archive failed",
-                step=f"export {recipe.base_commit}",
-                output=archive.stderr.decode("utf-8", "replace"),
-            )
-        run_step("unpack base commit", ["tar", "-x", "-C", str(dest)], cwd=dest, stdin=archive.stdout)
+        why = export_commit(source, recipe.base_commit, dest)
+        if why is not None:
+            raise ImageBuildError("git archive | tar -x failed", step=f"export {recipe.base_commit}", output=why)
     else:
         try:
             copy_tree(source, dest)

@@ -40,7 +40,7 @@ from typing import Protocol, runtime_checkable
 from legorl.diffs import touched_paths
 from legorl.errors import TaskError
 from legorl.rules import SYMPY_RUNNER_FILES, is_test_support
-from legorl.sandbox.git import git_argv, host_git_env
+from legorl.sandbox.git import export_commit, git_argv, host_git_env
 from legorl.settings import legorl_home, settings
 from legorl.tasks.model import Task, TaskEnvironment
 
@@ -165,28 +165,8 @@ class _MirroredRepos(ABC):
         return f"refs/tags/base/{commit}"
 
     def export(self, repo: str, commit: str, dest: Path) -> None:
-        mirror = self.mirror(repo)
-        archive = subprocess.Popen(
-            git_argv("archive", "--format=tar", self._ref(repo, commit)),
-            cwd=mirror,
-            env=host_git_env(mirror),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-        )
-        try:
-            untar = subprocess.run(
-                ["tar", "-x", "--no-same-owner", "-C", str(dest)],
-                stdin=archive.stdout,
-                capture_output=True,
-                timeout=_GIT_TIMEOUT_S,
-            )
-        finally:
-            if archive.stdout is not None:
-                archive.stdout.close()
-            err = archive.stderr.read().decode("utf-8", "replace") if archive.stderr is not None else ""
-            rc = archive.wait(timeout=60)
-        if rc != 0 or untar.returncode != 0:
-            why = " ".join((err or untar.stderr.decode("utf-8", "replace")).split())
+        why = export_commit(self.mirror(repo), self._ref(repo, commit), dest, timeout=_GIT_TIMEOUT_S)
+        if why is not None:
             raise TaskError(f"{repo} at {commit}: cannot export the tree: {why}")
 
 

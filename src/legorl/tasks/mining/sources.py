@@ -41,7 +41,7 @@ from typing import Literal
 
 from legorl.errors import TaskError
 from legorl.rules import is_test_module
-from legorl.sandbox.git import git_argv, host_git_env
+from legorl.sandbox.git import export_commit, git_argv, host_git_env
 from legorl.settings import legorl_home
 
 SourceKind = Literal["git", "bundle", "pypi"]
@@ -89,26 +89,9 @@ def run_git(args: list[str], cwd: Path, *, stdin: bytes | None = None, env: dict
 def export_tree(git_dir: Path, commit: str, dest: Path) -> None:
     """Write the tree of ``commit`` into ``dest`` (created; no ``.git``)."""
     dest.mkdir(parents=True)
-    archive = subprocess.Popen(
-        git_argv("archive", "--format=tar", commit),
-        cwd=git_dir,
-        env=host_git_env(git_dir),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    try:
-        untar = subprocess.run(
-            ["tar", "-x", "--no-same-owner", "-C", str(dest)], stdin=archive.stdout, capture_output=True, timeout=600
-        )
-    finally:
-        if archive.stdout is not None:
-            archive.stdout.close()
-        err = archive.stderr.read().decode("utf-8", "replace") if archive.stderr is not None else ""
-        rc = archive.wait(timeout=60)
-    if rc != 0 or untar.returncode != 0:
-        raise TaskError(
-            f"cannot export {commit[:12]} of {git_dir.name}: {' '.join((err or untar.stderr.decode()).split())}"
-        )
+    why = export_commit(git_dir, commit, dest)
+    if why is not None:
+        raise TaskError(f"cannot export {commit[:12]} of {git_dir.name}: {why}")
 
 
 @contextlib.contextmanager
