@@ -25,8 +25,9 @@ def test_two_steps_on_vllm_sync_weights_and_match_the_trainer(tmp_path):
         run_dir=str(run),
         steps=2,
         task_ids=MIDRANGE_TASKS,  # a step without a group with signal would not train
-        tasks_per_step=8,
+        tasks_per_step=2,
         group_size=4,
+        dynamic_sampling_rounds=6,  # refilled until 2 groups have signal: as sure as 8 groups, fewer rollouts
         **{
             "engine.type": "vllm",
             "engine.colocate_trainer": False,
