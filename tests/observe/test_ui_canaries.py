@@ -110,7 +110,7 @@ def test_the_canary_panel_in_a_browser_updates_live(tmp_path, page, shots):
                 "document.querySelector('#canary-totals').innerText.includes('3 of 6')", timeout=60_000
             )
             panel.locator("table.canary-passed a").first.click()
-            assert page.url.endswith("/rollout/r1-2")
+            page.wait_for_url("**/rollout/r1-2")  # a click waits for the navigation to start, not to land
     finally:
         store.close()
         metrics.close()
