@@ -113,3 +113,18 @@ def test_one_point_edits_of_stdlib_modules_are_judged_as_the_whole_module_would(
                 checked += 1
                 changed += verdict
     assert checked > 300 and 0 < changed < checked  # both verdicts were exercised
+
+
+def test_positions_count_the_line_ends_python_counts_not_form_feeds(tmp_path):
+    """A form feed (between functions, inside a docstring) is no line end for ast; counted as one
+    (str.splitlines), every mutant after it pointed at the wrong text."""
+    from legorl.tasks.mining.mutations import mutants
+
+    (tmp_path / "m.py").write_text(
+        'def f(a, b):\n    return a - b\n\x0c\ndef g(x):\n    """doc\x0cmore"""\n    return x + 1\n'
+    )
+    found = {(m.kind, m.line, m.before, m.after) for m in mutants(tmp_path, "m.py")}
+    assert ("swap_plus_minus", 6, "+", "-") in found and ("off_by_one", 6, "1", "2") in found
+    original = (tmp_path / "m.py").read_text()
+    for m in mutants(tmp_path, "m.py"):  # each edit replaced a non-empty piece of the text it names
+        assert m.before and m.before in original and m.mutated != original

@@ -13,10 +13,36 @@ from __future__ import annotations
 
 import ast
 import bisect
+import re
 
 from legorl import pyparse
 
-__all__ = ["ModuleEdits"]
+__all__ = ["ModuleEdits", "SourceText"]
+
+# the line ends Python's tokenizer counts; str.splitlines also splits at \f, \v, \x1c-\x1e, \x85,
+# U+2028/9, which sit inside lines (a form feed between functions, one in a docstring) and would shift
+# every position after them
+_LINE_END = re.compile(r"\r\n|\r|\n")
+
+
+class SourceText:
+    """A module's text with offsets of ast positions (line, UTF-8 byte column) in it."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.starts = [0, *(m.end() for m in _LINE_END.finditer(text))]
+        if self.starts[-1] != len(text):
+            self.starts.append(len(text))  # the last line has no line end
+        self.lines = [text[a:b] for a, b in zip(self.starts, self.starts[1:])]
+
+    def offset(self, lineno: int, col: int) -> int:
+        return self.starts[lineno - 1] + len(self.lines[lineno - 1].encode("utf-8")[:col].decode("utf-8", "replace"))
+
+    def span(self, node: ast.AST) -> tuple[int, int]:
+        end_line, end_col = getattr(node, "end_lineno", None), getattr(node, "end_col_offset", None)
+        if end_line is None or end_col is None:
+            raise ValueError("node without an end position")
+        return self.offset(node.lineno, node.col_offset), self.offset(end_line, end_col)  # type: ignore[attr-defined]
 
 
 class ModuleEdits:
@@ -24,9 +50,7 @@ class ModuleEdits:
 
     def __init__(self, text: str, tree: ast.Module) -> None:
         self.text = text
-        line_starts = [0]
-        for line in text.splitlines(keepends=True):
-            line_starts.append(line_starts[-1] + len(line))
+        line_starts = SourceText(text).starts
         firsts = {min([s.lineno, *(d.lineno for d in getattr(s, "decorator_list", ()))]) for s in tree.body}
         # segment i is text[bounds[i]:bounds[i + 1]]: a top-level statement with the comments after it
         self.bounds = sorted({0, *(line_starts[n - 1] for n in firsts if n > 1)}) + [len(text)]

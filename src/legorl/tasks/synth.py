@@ -35,7 +35,7 @@ from pathlib import Path
 from legorl import junit, pyparse
 from legorl.errors import LegoRLError, TaskError
 from legorl.rules import is_test_suite_file
-from legorl.tasks.ast_edits import ModuleEdits
+from legorl.tasks.ast_edits import ModuleEdits, SourceText
 from legorl.tasks.model import Task, Tier
 
 _COPY_IGNORE = shutil.ignore_patterns(
@@ -209,26 +209,6 @@ _CMP_RE = {
 }
 
 
-class _Source:
-    """Offsets of ast positions (line, UTF-8 byte column) in a text."""
-
-    def __init__(self, text: str):
-        self.text = text
-        self.lines = text.splitlines(keepends=True)
-        self.starts = [0]
-        for line in self.lines:
-            self.starts.append(self.starts[-1] + len(line))
-
-    def offset(self, lineno: int, col: int) -> int:
-        line = self.lines[lineno - 1]
-        return self.starts[lineno - 1] + len(line.encode("utf-8")[:col].decode("utf-8", "replace"))
-
-    def span(self, node: ast.expr | ast.stmt) -> tuple[int, int]:
-        # ast.parse always fills the end positions; they are Optional only for hand-built nodes
-        assert node.end_lineno is not None and node.end_col_offset is not None
-        return (self.offset(node.lineno, node.col_offset), self.offset(node.end_lineno, node.end_col_offset))
-
-
 def source_files(repo: Path) -> list[str]:
     """Repo-relative paths of the Python modules that may be mutated (tests and setup excluded)."""
     out = []
@@ -275,7 +255,7 @@ def _docstring_ids(tree: ast.AST) -> set[int]:
     return ids
 
 
-def _replace_in_gap(src: _Source, start: int, end: int, pattern: str, new: str) -> tuple[int, int, str] | None:
+def _replace_in_gap(src: SourceText, start: int, end: int, pattern: str, new: str) -> tuple[int, int, str] | None:
     gap = src.text[start:end]
     matches = list(re.finditer(pattern, gap))
     if len(matches) != 1:
@@ -295,7 +275,7 @@ def find_mutations(repo: Path, rel: str) -> list[Mutation]:
         tree = pyparse.parse(text)
     except SyntaxError:
         return []
-    src = _Source(text)
+    src = SourceText(text)
     docstrings = _docstring_ids(tree)
     edits: list[tuple[str, int, int, int, str]] = []  # kind, lineno, start, end, new text
 

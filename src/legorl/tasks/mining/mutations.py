@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from legorl import pyparse
-from legorl.tasks.ast_edits import ModuleEdits
+from legorl.tasks.ast_edits import ModuleEdits, SourceText
 from legorl.tasks.mining.functions import MODULE_SCOPE, FunctionIndex
 from legorl.tasks.synth import find_mutations
 
@@ -77,24 +77,8 @@ class Mutant:
         return hashlib.sha256(self.key.encode()).hexdigest()[:12]
 
 
-class _Text:
-    """Offsets of ast positions (line, UTF-8 byte column) in a text."""
-
-    def __init__(self, text: str) -> None:
-        self.text = text
-        self.lines = text.splitlines(keepends=True)
-        self.starts = [0]
-        for line in self.lines:
-            self.starts.append(self.starts[-1] + len(line))
-
-    def offset(self, lineno: int, col: int) -> int:
-        return self.starts[lineno - 1] + len(self.lines[lineno - 1].encode("utf-8")[:col].decode("utf-8", "replace"))
-
-    def span(self, node: ast.AST) -> tuple[int, int]:
-        end_line, end_col = getattr(node, "end_lineno", None), getattr(node, "end_col_offset", None)
-        if end_line is None or end_col is None:
-            raise ValueError("node without an end position")
-        return self.offset(node.lineno, node.col_offset), self.offset(end_line, end_col)  # type: ignore[attr-defined]
+class _Text(SourceText):
+    """A module's text, and the whole lines a statement stands on."""
 
     def whole_lines(self, node: ast.stmt) -> tuple[int, int] | None:
         """The span of ``node``'s lines when it has them to itself (else None)."""
