@@ -315,3 +315,28 @@ def test_the_image_cache_imports_no_backend():
         "legorl.sandbox.git",
         "legorl.sandbox.hostfs",
     }
+
+
+def test_export_commit_keeps_the_files_a_trees_export_ignore_would_leave_out(tmp_path: Path):
+    """Projects mark their tests export-ignore to slim release archives; a task's tree is a checkout.
+    export-subst still writes the commit's version (describe reads the source's tags)."""
+    repo = tmp_path / "repo"
+    (repo / "tests").mkdir(parents=True)
+    assert _git(["init", "-q"], repo).returncode == 0
+    files = {
+        ".gitattributes": "tests export-ignore\nsecret.py export-ignore\n_version.py export-subst\n",
+        "secret.py": "KEY = 1\n",
+        "tests/test_a.py": "def test_a():\n    assert False\n",
+        "_version.py": "VERSION = '$Format:%(describe:tags)$'\n",
+    }
+    for name, text in files.items():
+        (repo / name).write_text(text)
+    assert _git(["add", "-A"], repo).returncode == 0 and _git(["commit", "-q", "-m", "m"], repo).returncode == 0
+    assert _git(["tag", "v1.2.3"], repo).returncode == 0
+    before = sorted(str(p.relative_to(repo)) for p in (repo / ".git").rglob("*"))
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    assert export_commit(repo, "HEAD", dest) is None
+    files["_version.py"] = "VERSION = 'v1.2.3'\n"
+    assert {str(p.relative_to(dest)): p.read_text() for p in dest.rglob("*") if p.is_file()} == files
+    assert sorted(str(p.relative_to(repo)) for p in (repo / ".git").rglob("*")) == before  # the source is untouched

@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import shlex
 import subprocess
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
@@ -81,32 +82,71 @@ def host_git_env(cwd: Path | str) -> dict[str, str]:
     }
 
 
+# Overruled for every path of an export: projects mark their tests (or more) export-ignore to slim their
+# release archives, but a task's tree is a checkout, tests included (SWE-bench clones and checks out).
+# The rest stays what git archive does: checkout's eol/ident conversions, and export-subst, which
+# writes the commit's version into versioneer/setuptools-scm files that a tree without history needs.
+# $GIT_DIR/info/attributes outranks every .gitattributes in the tree.
+EXPORT_ATTRIBUTES = "* -export-ignore\n"
+
+
+def _git_out(cwd: Path, *args: str) -> tuple[int, str]:
+    res = subprocess.run(git_argv(*args), cwd=cwd, env=host_git_env(cwd), capture_output=True, timeout=120)
+    out = res.stdout if res.returncode == 0 else res.stderr
+    return res.returncode, " ".join(out.decode("utf-8", "replace").split())
+
+
+def _export_view(git_dir: Path, ref: str, view: Path) -> tuple[str | None, str]:
+    """A bare clone of ``git_dir`` at ``view`` that shares its objects (``--shared``: nothing copied but
+    the refs, which export-subst's ``%(describe)`` reads) under :data:`EXPORT_ATTRIBUTES`: (the
+    commit ``ref`` names, None and why when it cannot)."""
+    rc, commit = _git_out(git_dir, "rev-parse", "--verify", "--end-of-options", f"{ref}^{{commit}}")
+    if rc != 0:
+        return None, f"no commit {ref}: {commit}"
+    rc, common = _git_out(git_dir, "rev-parse", "--path-format=absolute", "--git-common-dir")
+    if rc != 0:
+        return None, common
+    rc, out = _git_out(view.parent, "clone", "-q", "--bare", "--shared", common, str(view))
+    if rc != 0:
+        return None, out
+    (view / "info").mkdir(exist_ok=True)
+    (view / "info" / "attributes").write_text(EXPORT_ATTRIBUTES)
+    return commit, ""
+
+
 def export_commit(git_dir: Path, ref: str, dest: Path, *, timeout: float = 600) -> str | None:
     """Write the tree of ``ref`` in the repository ``git_dir`` into the existing directory ``dest``
-    (``git archive | tar -x``, streamed; no ``.git``, files owned by the caller). None when it worked,
-    else what git or tar said (each caller raises its own error with it)."""
-    archive = subprocess.Popen(
-        git_argv("archive", "--format=tar", ref),
-        cwd=git_dir,
-        env=host_git_env(git_dir),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    try:
-        untar = subprocess.run(
-            ["tar", "-x", "--no-same-owner", "-C", str(dest)],
-            stdin=archive.stdout,
-            capture_output=True,
-            timeout=timeout,
+    (``git archive | tar -x``, streamed; no ``.git``, files owned by the caller), every file of the
+    commit whatever the tree's ``.gitattributes`` say (:data:`EXPORT_ATTRIBUTES`; ``git_dir`` is not
+    changed). None when it worked, else what git or tar said (each caller raises
+    its own error with it)."""
+    with tempfile.TemporaryDirectory(prefix="legorl-export-") as tmp:
+        view = Path(tmp) / "view.git"
+        commit, why = _export_view(git_dir, ref, view)
+        if commit is None:
+            return why
+        archive = subprocess.Popen(
+            git_argv("archive", "--format=tar", commit),
+            cwd=view,
+            env=host_git_env(view),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
         )
-    except subprocess.TimeoutExpired:
-        archive.kill()
-        untar = None
-    finally:
-        if archive.stdout is not None:
-            archive.stdout.close()
-        err = archive.stderr.read().decode("utf-8", "replace") if archive.stderr is not None else ""
-        rc = archive.wait(timeout=60)
+        try:
+            untar = subprocess.run(
+                ["tar", "-x", "--no-same-owner", "-C", str(dest)],
+                stdin=archive.stdout,
+                capture_output=True,
+                timeout=timeout,
+            )
+        except subprocess.TimeoutExpired:
+            archive.kill()
+            untar = None
+        finally:
+            if archive.stdout is not None:
+                archive.stdout.close()
+            err = archive.stderr.read().decode("utf-8", "replace") if archive.stderr is not None else ""
+            rc = archive.wait(timeout=60)
     if untar is None:
         return f"git archive {ref} | tar -x: no end after {timeout:.0f} s"
     if rc != 0 or untar.returncode != 0:
