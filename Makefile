@@ -55,6 +55,7 @@ demo:
 # the longest first (tests/slow_first.py; --no-loadscope-reorder: xdist would otherwise hand out the
 # files with the most tests first and leave the long one-test files for the end). Each worker's
 # processes get their share of the cores as OpenMP threads (tests/conftest.py): one each on 2 cores.
+# The vLLM files run one after another on one worker (tests/serial_groups.py), the rest beside them.
 test: setup lint
 	HYPOTHESIS_PROFILE=ci $(VENV)/bin/pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=30
 

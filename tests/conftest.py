@@ -29,6 +29,7 @@ import shutil
 
 import flaky_marker
 import pytest
+import serial_groups
 import slow_first
 from hypothesis import settings as hypothesis_settings
 from needs import unavailable
@@ -67,6 +68,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(flaky_marker, "legorl-flaky")  # the flaky(reason=, runs=, on=) marker
     config.pluginmanager.register(slow_first, "legorl-slow-first")  # long files first (pytest-xdist balance)
+    config.pluginmanager.register(serial_groups, "legorl-serial-groups")  # vLLM files one after another
 
 
 def missing_requirements(item: pytest.Item) -> list[str]:

@@ -13,6 +13,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 import pytest
+from serial_groups import work_unit
 
 SECONDS_FILE = Path(__file__).with_name("file_seconds.json")
 _SLOW_TEST_S = 30.0  # a file missing from SECONDS_FILE: its slow tests' guessed cost
@@ -41,7 +42,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     path: Path = config.getoption("--file-seconds")
     known = json.loads(path.read_text()) if path.is_file() else {}
     slow = Counter(_file(item.nodeid) for item in items if item.get_closest_marker("slow") is not None)
-    items.sort(key=lambda item: -known.get(_file(item.nodeid), _SLOW_TEST_S * slow[_file(item.nodeid)]))
+    files = {_file(item.nodeid) for item in items}
+    # a serial group is handed out as one unit (tests/serial_groups.py): it weighs what its files do
+    unit = {f: work_unit(config.rootpath, f) for f in files}
+    weight: defaultdict[str, float] = defaultdict(float)
+    for f in files:
+        weight[unit[f]] += known.get(f, _SLOW_TEST_S * slow[f])
+    first: dict[str, int] = {}  # among equal weights, the order the run drew; a unit's files together
+    for i, item in enumerate(items):
+        first.setdefault(unit[_file(item.nodeid)], i)
+    items.sort(key=lambda item: (-weight[unit[_file(item.nodeid)]], first[unit[_file(item.nodeid)]]))
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:

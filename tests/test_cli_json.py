@@ -156,19 +156,6 @@ def test_bench_engine_json():
     assert 0 < out["ttfc_fraction"] < 1  # the first chunk leaves before the last token is sampled
 
 
-@pytest.mark.slow
-@pytest.mark.vllm
-def test_bench_engine_vllm_json_has_the_same_keys():
-    out = _bench(
-        "engine",
-        ["--engine", "vllm", "--max-tokens", "16", "--concurrency", "4", "--repeats", "1", "--prefill-tokens", "64"]
-        + ["--context-tokens", "128"],
-    )
-    assert out["engine"] == "vllm" and out["recompute_tokens"] == 64  # eos ignored: every request runs to 16
-    assert out["recompute_pearson"] >= 0.999 and out["gen_tokens_per_s_4"] == out["gen_tokens_per_s_concurrent"]
-    assert 0 < out["ttfc_fraction"] < 1
-
-
 def test_bench_ui_json():
     out = _bench("ui", ["--rollouts", "30", "--requests", "2"])
     assert out["rollouts"] == 30
@@ -295,7 +282,7 @@ def test_bench_learn_through_a_harness_json(tmp_path):
         "--out",
         str(tmp_path),
         *("--set", "steps=2", "--set", "tasks_per_step=1", "--set", "group_size=2"),
-        *("--set", "rollout.max_turns=2", "--set", "rollout.max_tokens_per_turn=96"),
+        *("--set", "rollout.max_turns=2", "--set", "rollout.max_tokens_per_turn=48"),  # decoding is the cost
         *("--set", "eval.samples=1", "--set", 'eval.task_ids=["legorl__multiturn-heldout-001"]'),
     ]
     out = _bench("learn", args)
