@@ -27,7 +27,7 @@ from legorl.harnesses.base import (
 from legorl.sandbox.base import SandboxSpec
 from legorl.tasks.loader import get_task, load_suite
 
-pytestmark = [pytest.mark.sandbox, pytest.mark.sandbox]
+pytestmark = [pytest.mark.sandbox]
 PY = sys.executable
 
 
@@ -80,13 +80,6 @@ def attempt(task, harness: ScriptedHarness, backend, **grade_kw):
         sandbox.destroy()
     during = monitor.flags(harness.turns())
     return grade(task, diff, backend, extra_flags=during, **grade_kw)
-
-
-@pytest.fixture(scope="module")
-def backend(tmp_path_factory):
-    from legorl.sandbox.bwrap import BwrapBackend
-
-    return BwrapBackend(root=tmp_path_factory.mktemp("sandboxes"))
 
 
 def pkg_dir(task) -> str:
