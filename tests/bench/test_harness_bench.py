@@ -142,12 +142,13 @@ def test_a_torn_last_line_is_run_again(tmp_path):
 @pytest.mark.slow
 @pytest.mark.sandbox
 def test_bench_harness_smoke_resumes(tmp_path):
-    """The CI smoke: 2 rollouts of SmolLM2-135M through the minimal harness (2 short calls each),
-    then the same command again, which finds both in the results file and runs nothing."""
+    """The CI smoke: 2 rollouts of SmolLM2-135M through the minimal harness (2 short calls each), side
+    by side, then the same command again, which finds both in the results file and runs nothing."""
     import torch
 
     runner = CliRunner()
     args = ["bench", "harness", "--harness", "minimal", "--rollouts", "2", "--out", str(tmp_path), "--json"]
+    args += ["--concurrency", "2"]
     args += ["--set", "rollout.max_turns=2", "--set", "rollout.max_tokens_per_turn=48"]
     # one intra-op thread: on a 2-core machine shared with other jobs, two threads decode ~10x slower
     # (docs/harness-bench.md), which would take this smoke from under a minute to several
@@ -165,8 +166,10 @@ def test_bench_harness_smoke_resumes(tmp_path):
     assert out["env_failure_rate_not_model"] == 0.0, out
     assert out["hangs"] == 0 and out["runtime_crashes"] == 0
     assert out["model_calls_mean"] >= 1 and 0 < out["gateway_share"] <= 1
-    lines = (tmp_path / "minimal.jsonl").read_text().splitlines()
-    assert [json.loads(line)["i"] for line in lines] == [0, 1]
+    records = [json.loads(line) for line in (tmp_path / "minimal.jsonl").read_text().splitlines()]
+    assert sorted(r["i"] for r in records) == [0, 1] and out["concurrency"] == 2
+    (s0, e0), (s1, e1) = (r["harness_window"] for r in records)
+    assert max(s0, s1) < min(e0, e1)  # the two harness programs ran at the same time
     again = runner.invoke(app, args)
     assert again.exit_code == 0, again.output
     second = json.loads(again.stdout)

@@ -180,6 +180,7 @@ def classify(rollout: Rollout, window: _Window, turns: list[Turn], index: int, t
         "harness_exit_code": rollout.harness_exit_code,
         "wall_s": round(rollout.duration_s, 3),
         "harness_s": round(window.end - window.start, 3) if window.start and window.end else None,
+        "harness_window": [round(window.start, 3), round(window.end, 3)] if window.start and window.end else None,
         "model_calls": len(turns),
         "model_calls_answered": len(answered),
         "call_s": round(union_seconds(calls), 3),
@@ -319,12 +320,15 @@ async def _run(
     run_dir: Path,
     results: Path,
     on_record: Callable[[dict[str, Any]], None],
+    concurrency: int = 1,
 ) -> None:
     backend = sandbox_backend(cfg.sandbox)
     stacks = _shared_stack(cfg, run_dir) if engine == "embedded" else _scripted_stacks(cfg, run_dir, engine)
-    async with stacks as stack_for:
-        for i, task in plan:
-            harness = _TimedHarness(build_harness(cfg.rollout))
+    slots = asyncio.Semaphore(concurrency)
+
+    async def one(i: int, task: Task, stack_for: Callable[[Task, Harness], Any]) -> None:
+        async with slots:
+            harness = _TimedHarness(build_harness(cfg.rollout))  # its own window per rollout
             async with stack_for(task, harness._inner) as stack:
                 ctx = rollout_context(cfg, stack, backend, harness)
                 seed = rollout_seed(cfg.seed, 0, task.instance_id, i)
@@ -336,6 +340,10 @@ async def _run(
             with results.open("a", encoding="utf-8") as fh:  # one line per rollout, flushed: resumable
                 fh.write(json.dumps(record) + "\n")
             on_record(record)
+
+    async with stacks as stack_for, asyncio.TaskGroup() as group:  # a failure cancels the rest
+        for i, task in plan:
+            group.create_task(one(i, task, stack_for))
 
 
 def run_harness_bench(
@@ -349,13 +357,18 @@ def run_harness_bench(
     overrides: dict[str, object] | None = None,
     on_start: Callable[[int, int], None] | None = None,
     on_record: Callable[[dict[str, Any]], None] | None = None,
+    concurrency: int = 1,
 ) -> dict[str, Any]:
     """``rollouts`` rollouts of ``harness`` (module doc). ``overrides``: dotted RunConfig keys (``--set``).
-    ``on_start(total, already_done)`` and ``on_record(record)``: progress hooks."""
+    ``on_start(total, already_done)`` and ``on_record(record)``: progress hooks. ``concurrency``:
+    rollouts at a time (the engine batches their calls; each rollout's wall time then includes
+    waiting for the others' tokens)."""
     if engine not in ENGINES:
         raise ConfigError(f"unknown engine {engine!r}; known: {', '.join(ENGINES)}")
     if rollouts < 1:
         raise ConfigError("--rollouts must be at least 1")
+    if concurrency < 1:
+        raise ConfigError("--concurrency must be at least 1")
     t0 = time.perf_counter()
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -386,13 +399,14 @@ def run_harness_bench(
             on_record(rec)
 
     if plan:
-        asyncio.run(_run(cfg, engine, plan, run_dir, results, record))
+        asyncio.run(_run(cfg, engine, plan, run_dir, results, record, concurrency))
     records = [done[i] for i in sorted(done) if i < rollouts]
     summary = summarize(harness, engine, records)
     summary.update(
         {
             "suite": ",".join(tasks) if tasks else suite,
             "ran_now": len(plan),
+            "concurrency": concurrency,
             "wall_s": round(time.perf_counter() - t0, 2),
             "results": str(results),
             "run_dir": str(run_dir),

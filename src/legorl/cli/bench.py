@@ -332,6 +332,7 @@ def bench_harness(
     engine: str = typer.Option(
         "embedded", "--engine", help="embedded (the config's model) | scripted-gold | scripted-wrong"
     ),
+    concurrency: int = typer.Option(1, "--concurrency", min=1, help="Rollouts at a time (the engine batches them)."),
     set_: list[str] = typer.Option([], "--set", help=SET_HELP),
     as_json: bool = typer.Option(True, "--json/--no-json", help=keys_help("harness")),
 ) -> None:
@@ -351,5 +352,6 @@ def bench_harness(
             overrides=overrides(set_),
             on_start=progress.start,
             on_record=progress.record,
+            concurrency=concurrency,
         )
     _print_result(result, as_json)
