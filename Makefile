@@ -24,8 +24,9 @@ setup: system-packages $(STAMP)
 
 # Debian packages the sandboxes need (bubblewrap; podman with runc; debootstrap builds podman's
 # base image; graphviz: SWE-bench's Sphinx 7.x spec apt-installs it, which bwrap cannot, so the host
-# provides it); installed only when missing and only as root.
-APT_PACKAGES := bubblewrap podman runc uidmap catatonit debootstrap git strace chromium graphviz
+# provides it; libjemalloc2: the `legorl` program's allocator, legorl.allocator); installed only when
+# missing and only as root.
+APT_PACKAGES := bubblewrap podman runc uidmap catatonit debootstrap git strace chromium graphviz libjemalloc2
 system-packages:
 	@missing=$$(for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
 	if [ -n "$$missing" ]; then \

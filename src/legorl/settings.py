@@ -14,6 +14,10 @@ variable                    field                      meaning
                                                        per-sandbox pids/memory cgroup
 ``LEGORL_BWRAP_USERNS``     ``bwrap_userns``           ``0``: bwrap sandboxes run without a user
                                                        namespace (default: one when bwrap can make it)
+``LEGORL_ALLOCATOR``         ``allocator``              ``jemalloc`` (default: the `legorl` program
+                                                       re-executes itself under jemalloc where the
+                                                       machine has it, :mod:`legorl.allocator`) or
+                                                       ``system`` (glibc's malloc)
 ``LEGORL_SWEBENCH_DIR``     ``swebench_dir``           SWE-bench's parquet files and ``repos/`` bundles
                                                        (default: ``../shared/data/swebench`` beside a
                                                        source checkout when present, else
@@ -34,6 +38,7 @@ from pathlib import Path
 from legorl.errors import ConfigError
 
 DEFAULT_IMAGE_CACHE_BYTES = 20 * 1024**3
+ALLOCATORS = ("jemalloc", "system")
 # src/legorl/settings.py -> the source checkout (meaningful for a checkout, harmless for a wheel)
 _CHECKOUT = Path(__file__).resolve().parents[2]
 _TRUE = ("1", "true", "yes", "on")
@@ -59,6 +64,7 @@ class Settings:
     cgroups_enabled: bool = True
     bwrap_userns: bool = True  # False: never; True: when bwrap can create a user namespace here
     swebench_dir: Path = Path()
+    allocator: str = "jemalloc"  # or "system"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -80,8 +86,12 @@ class Settings:
         else:
             beside_checkout = _CHECKOUT.parent / "shared" / "data" / "swebench"
             swebench_dir = beside_checkout if beside_checkout.is_dir() else home / "swebench"
+        allocator = (env.get("LEGORL_ALLOCATOR") or "jemalloc").strip().lower()
+        if allocator not in ALLOCATORS:
+            raise ConfigError(f"LEGORL_ALLOCATOR={env['LEGORL_ALLOCATOR']!r}: expected one of {', '.join(ALLOCATORS)}")
         return cls(
             legorl_home=home,
+            allocator=allocator,
             swebench_dir=swebench_dir,
             image_cache_bytes=cache_bytes,
             cgroups_enabled=not _flag(env, "LEGORL_NO_CGROUPS", False),
@@ -99,4 +109,4 @@ def legorl_home() -> Path:
     return settings().legorl_home
 
 
-__all__ = ["DEFAULT_IMAGE_CACHE_BYTES", "Settings", "legorl_home", "settings"]
+__all__ = ["ALLOCATORS", "DEFAULT_IMAGE_CACHE_BYTES", "Settings", "legorl_home", "settings"]

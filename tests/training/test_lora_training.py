@@ -124,8 +124,9 @@ def test_adapter_dropout_trains_with_it_and_scores_pi_old_without():
 
 @pytest.mark.parametrize("option", [{"gradient_checkpointing": True}, {"packing": True, "prefix_sharing": False}])
 def test_lora_steps_the_same_under_the_trainer_s_memory_options(option):
-    plain = Trainer(_model(), TrainerConfig(lr=1e-2, lora=LORA))
-    other = Trainer(_model(), TrainerConfig(lr=1e-2, lora=LORA, **option))
+    # plain: every activation kept, one forward per sample group (the options' opposites)
+    plain = Trainer(_model(), TrainerConfig(lr=1e-2, lora=LORA, gradient_checkpointing=False))
+    other = Trainer(_model(), TrainerConfig(lr=1e-2, lora=LORA, **{"gradient_checkpointing": False, **option}))
     start = [p.clone() for p in plain.trainable]
     for t in (plain, other):  # SGD: the update is the gradient (Adam's first step would be its sign)
         t.optimizer = torch.optim.SGD(t.trainable, lr=1e-2)

@@ -20,7 +20,9 @@ adapters, TRL gets the same adapters (its ``peft_config``), and ``lora`` compare
 fine-tuning of the same batch, each measured in a fresh process of its own (our trainer alone, so
 its peak RSS is that trainer's): ``lora_s`` / ``full_s`` (median step), ``lora_peak_rss_mb`` /
 ``full_peak_rss_mb``, ``memory_ratio`` (LoRA / full), ``time_ratio``, the trainable parameter counts
-and the adapter's size.
+and the adapter's size. ``allocator``: the heap allocator the measuring processes ran under
+(:mod:`legorl.allocator`: jemalloc under the `legorl` program where the machine has it), which
+decides how much freed memory stays resident.
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+from legorl.allocator import allocator_in_use
 
 __all__ = ["TrlStep", "make_samples", "run_trainer_bench"]
 
@@ -170,6 +174,12 @@ class TrlStep:
         assert self.trainer.model is not None and self.trainer.optimizer is not None
         self.model: torch.nn.Module = self.trainer.model
         self.optimizer: torch.optim.Optimizer = self.trainer.optimizer
+        # what TRL's train() switches on (GRPOConfig's default too) when ours recomputes; the bench
+        # calls TRL's parts, not train(), so it is switched on here
+        self.recompute = cfg.gradient_checkpointing
+        if self.recompute:
+            hf_model: Any = self.model  # a transformers (or PEFT) model
+            hf_model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.max_grad_norm = cfg.grad_clip
 
     def copy_adapters(self, source: torch.nn.Module) -> None:
@@ -182,7 +192,9 @@ class TrlStep:
 
     def step(self) -> float:
         """One optimiser step; returns the gradient norm before clipping."""
-        self.model.eval()  # as ours: no dropout (SmolLM2 has none; TRL reads the mode only for logging)
+        # transformers recomputes layers in train mode only; SmolLM2 has no dropout, so both modes
+        # compute what ours does (TRL reads the mode only for logging)
+        self.model.train(self.recompute)
         loss = self.trainer.compute_loss(self.model, self.inputs)
         self.trainer.accelerator.backward(loss)
         norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.max_grad_norm)
@@ -239,6 +251,7 @@ def measure_steps(
         times.append(time.perf_counter() - t0)
     adapter = trainer.adapter()
     return {
+        "allocator": allocator_in_use(),
         "median_s": statistics.median(times),
         "peak_rss_mb": round(_own_peak_rss_mb(), 1),
         "trainable_params": sum(p.numel() for p in trainer.trainable),
@@ -271,6 +284,7 @@ def _lora_comparison(
         "lora_trainable_params": lora["trainable_params"],
         "full_trainable_params": full["trainable_params"],
         "adapter_mb": lora["adapter_mb"],
+        "allocator": lora["allocator"],
     }
 
 
@@ -336,6 +350,7 @@ def run_trainer_bench(
         "trainer": cfg.model_dump(),
         "last_step": {k: v for k, v in last.items() if k.startswith(("train/", "time/"))},
         "peak_rss_mb": round(_peak_rss_mb(), 1),  # both trainers' models are resident
+        "allocator": allocator_in_use(),
         "lora": None,
     }
     if trl is not None and trl_first_norm is not None:

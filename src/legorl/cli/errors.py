@@ -45,19 +45,20 @@ class OneLineErrors(TyperGroup):
         except typer.TyperException as exc:  # click's usage errors (bad option value, unknown command...)
             ctx = getattr(exc, "ctx", None)
             hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
-            _error_line(one_line(exc.format_message()) + hint, getattr(exc, "exit_code", 2))
+            error_line(one_line(exc.format_message()) + hint, getattr(exc, "exit_code", 2))
         except typer.Abort:
-            _error_line("aborted", 1)
+            error_line("aborted", 1)
         except LegoRLError as exc:
-            _error_line(one_line(exc), 2)
+            error_line(one_line(exc), 2)
         except OSError as exc:
             if exc.errno == errno.EPIPE:  # `legorl ... | head`: the reader left, nothing to say
                 sys.exit(1)
-            _error_line(one_line(exc), 2)
+            error_line(one_line(exc), 2)
         sys.exit(rv if isinstance(rv, int) else 0)
 
 
-def _error_line(message: str, code: int) -> NoReturn:
+def error_line(message: str, code: int) -> NoReturn:
+    """Print ``error: <message>`` as one line on stderr and exit with ``code``."""
     typer.echo(f"error: {message}", err=True)
     sys.exit(code)
 

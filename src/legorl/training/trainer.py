@@ -485,8 +485,10 @@ class Trainer:
                 stats.kl.append(out.kl)
                 _count_importance(stats, out.importance)
             part_loss = aggregate_losses(losses, [weights[i] for i in part], total_weight)
-            # a recomputed layer replays its own saved forward
-            torch.autograd.backward(part_loss * scale if scale != 1.0 else part_loss)
+            # a recomputed layer replays its own saved forward, the adapters' dropout as it ran there
+            # (the same RNG state; a mode switched off would save other tensors)
+            with adapter_dropout(self.model, self.adapter_dropout):
+                torch.autograd.backward(part_loss * scale if scale != 1.0 else part_loss)
             loss_value += float(part_loss.detach())
         grad_norm = torch.nn.utils.clip_grad_norm_(self.trainable, self.cfg.grad_clip)
         stats.grad_norms.append(float(dp.full_tensor(grad_norm)))
