@@ -51,7 +51,7 @@ def test_a_library_the_loader_refuses_is_tried_once():
 
 def test_children_inherit_the_choice_and_settings_are_kept():
     env = with_jemalloc({"LD_PRELOAD": "libfoo.so", "MALLOC_CONF": "narenas:1", "X": "1"}, "libjemalloc.so.2")
-    assert env == {"LD_PRELOAD": "libjemalloc.so.2 libfoo.so", "MALLOC_CONF": "narenas:1", "X": "1"}
+    assert env == {"LD_PRELOAD": "libjemalloc.so.2:libfoo.so", "MALLOC_CONF": "narenas:1", "X": "1"}
     assert with_jemalloc({}, "libjemalloc.so.2")["MALLOC_CONF"].startswith("background_thread:true")
     out = _run(
         PROBE

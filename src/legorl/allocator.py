@@ -42,7 +42,7 @@ def with_jemalloc(env: Mapping[str, str], library: str) -> dict[str, str]:
     """``env`` with ``library`` preloaded ahead of what ``LD_PRELOAD`` had, and jemalloc's tuning
     unless ``MALLOC_CONF`` already says something."""
     out = dict(env)
-    out["LD_PRELOAD"] = " ".join(p for p in (library, env.get("LD_PRELOAD", "")) if p)
+    out["LD_PRELOAD"] = ":".join(p for p in (library, env.get("LD_PRELOAD", "")) if p)  # as vLLM joins it
     out.setdefault("MALLOC_CONF", _JEMALLOC_CONF)
     return out
 
