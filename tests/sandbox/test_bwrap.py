@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import os
 import shutil
@@ -9,12 +10,14 @@ import signal
 import socket
 import socketserver
 import statistics
+import subprocess
 import sys
 import threading
 import time
 import uuid
 from pathlib import Path
 
+import psutil
 import pytest
 
 from legorl.errors import SandboxError
@@ -312,3 +315,43 @@ def test_forwarder_module_on_host(tmp_path):
     finally:
         server.shutdown()
         server.server_close()
+
+
+# the mark and the trace path come by the environment: the caller's own command line must not hold them
+_KILLED_CALLER = """
+import os
+from legorl.sandbox.base import SandboxSpec
+from legorl.sandbox.bwrap import BwrapBackend
+sb = BwrapBackend(root=os.environ["ROOT"]).create(SandboxSpec(source_dir=os.environ["SOURCE"]))
+sb.start_trace(os.environ["TRACE"])  # strace -f between this process and bwrap, as under the audit
+sb.exec("sleep 300; echo " + os.environ["MARK"], timeout=600)
+"""
+
+
+def _processes_mentioning(*needles: str) -> list[psutil.Process]:
+    found = []
+    for p in psutil.process_iter(["cmdline"]):
+        line = " ".join(p.info["cmdline"] or [])
+        if any(n in line for n in needles):
+            found.append(p)
+    return found
+
+
+@needs_bwrap
+def test_a_killed_caller_takes_its_traced_exec_with_it(backend, source, tmp_path):
+    """SIGKILL of the process that runs an exec (no cleanup can run) ends the exec's strace, bwrap and
+    command too: a killed run leaves no sandbox running, orphaned."""
+    mark, trace = uuid.uuid4().hex, str(tmp_path / "trace.log")
+    env = os.environ | {"ROOT": str(backend.root), "SOURCE": str(source), "TRACE": trace, "MARK": mark}
+    caller = subprocess.Popen([sys.executable, "-c", _KILLED_CALLER], env=env)
+    try:
+        # the command runs in the sandbox (its shell holds the mark), under strace (which holds the path)
+        _wait_until(lambda: {"strace", "bwrap", "bash"} <= {p.name() for p in _processes_mentioning(mark, trace)}, 60)
+        caller.kill()
+        caller.wait(timeout=10)
+        _wait_until(lambda: not _processes_mentioning(mark, trace), 15)
+    finally:
+        caller.kill()
+        for p in _processes_mentioning(mark, trace):  # what this test started, should it fail
+            with contextlib.suppress(psutil.Error):
+                p.kill()

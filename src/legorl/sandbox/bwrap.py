@@ -71,6 +71,16 @@ TRACED_SYSCALLS = (
 )
 
 
+def die_with_caller_argv() -> list[str]:
+    """Prefix that kills an exec's host-side chain when the process that started it dies, however it
+    dies (SIGKILL, SIGTERM without cleanup): ``setpriv --pdeathsig KILL``, kept across the execs of
+    the cgroup shim, prlimit and strace. bwrap's own ``--die-with-parent`` covers only its parent,
+    and under ``strace -f`` that parent is strace: without this, a killed run left strace, bwrap and
+    the harness running, orphaned. Empty where util-linux's setpriv is missing."""
+    setpriv = shutil.which("setpriv")
+    return [setpriv, "--pdeathsig", "KILL", "--"] if setpriv else []
+
+
 def strace_argv(path: Path) -> list[str]:
     """Host-side tracer for one exec: follows forks, decodes fds to paths (``-y``), appends to ``path``.
     ``getdents64`` (directory listings) lets the monitor see walks of the whole filesystem; the clone
@@ -242,9 +252,9 @@ class BwrapSandbox(HostWorkspaceSandbox):
         )
 
     def _limits_prefix(self) -> list[str]:
-        prefix: list[str] = []
+        prefix = die_with_caller_argv()
         if self.cgroup is not None:
-            prefix = self.cgroup.join_prefix()
+            prefix += self.cgroup.join_prefix()
         if self.backend.prlimit:
             data = self.spec.memory_mb * 1024 * 1024
             prefix += [
