@@ -70,10 +70,9 @@ fuzz: setup
 	HYPOTHESIS_PROFILE=explore RT_N=1000 FUZZ_EXAMPLES=1000 $(VENV)/bin/pytest -q -m hypothesis tests
 
 # Static checks: lint + format (ruff), types (mypy; strict on records, config, engines, gateway,
-# training: pyproject), and repeated code (pylint's duplicate-code, six lines, task fixtures excluded).
+# training: pyproject), and repeated code (pylint's duplicate-code: [tool.pylint] in pyproject).
 lint: setup
 	$(VENV)/bin/ruff check src tests
 	$(VENV)/bin/ruff format --check src tests
 	$(VENV)/bin/mypy
-	$(VENV)/bin/pylint --disable=all --enable=duplicate-code --min-similarity-lines=6 \
-	  --ignore-paths='src/legorl/tasks/suites/.*' src/legorl
+	$(VENV)/bin/pylint src/legorl

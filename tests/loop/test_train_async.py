@@ -27,7 +27,7 @@ def test_async_rollouts_overlap_training_and_respect_max_staleness(tmp_path):
         DEMO,
         run_dir=str(run),
         steps=3,
-        tasks_per_step=4,
+        tasks_per_step=2,
         group_size=4,
         max_staleness=1,
         **{
@@ -43,7 +43,7 @@ def test_async_rollouts_overlap_training_and_respect_max_staleness(tmp_path):
     by_step: dict[int, list] = {}
     for r in open_run(run).iter_rollouts():
         by_step.setdefault(r.step, []).append(r)
-    assert sorted(by_step) == [0, 1, 2] and all(len(rs) == 16 for rs in by_step.values())
+    assert sorted(by_step) == [0, 1, 2] and all(len(rs) == 8 for rs in by_step.values())
 
     version_before = 0  # the trainer's weight version when each step trains
     for m in metrics:

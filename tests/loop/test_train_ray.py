@@ -57,10 +57,22 @@ def _by_rollout(run: Path) -> dict[tuple[int, str, int], object]:
     return {(r.step, r.task_id, r.group_index): r for r in open_run(run).iter_rollouts()}
 
 
-def test_the_ray_executor_runs_the_local_run_with_the_same_seeds(tmp_path):
-    local = asyncio.run(train(_config(tmp_path / "local", "local")))
-    on_ray = asyncio.run(train(_config(tmp_path / "ray", "ray")))
-    a, b = _by_rollout(tmp_path / "local"), _by_rollout(tmp_path / "ray")
+def _ranked_config(run: Path, ranks: int, steps: int = 2) -> RunConfig:
+    return _config(run, "local", steps, **{"trainer.ranks": ranks, "engine.colocate_trainer": False})
+
+
+@pytest.fixture(scope="module")
+def local_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, RunConfig, list[dict]]:
+    """The 2-step run in this process, its trainer apart from the engine: what the Ray executor and
+    the FSDP ranks must both reproduce (run once for the module)."""
+    cfg = _ranked_config(tmp_path_factory.mktemp("local") / "run", 1)
+    return Path(cfg.run_dir), cfg, asyncio.run(train(cfg))
+
+
+def test_the_ray_executor_runs_the_local_run_with_the_same_seeds(local_run, tmp_path):
+    local_dir, _, local = local_run
+    on_ray = asyncio.run(train(_config(tmp_path / "ray", "ray", **{"engine.colocate_trainer": False})))
+    a, b = _by_rollout(local_dir), _by_rollout(tmp_path / "ray")
     assert a.keys() == b.keys() and len(a) == 8
     for key in a:
         assert b[key].status == a[key].status == "ok", (key, b[key].cause)
@@ -146,10 +158,6 @@ def test_a_worker_that_cannot_be_replaced_leaves_env_failures_not_a_crash(tmp_pa
     assert [m["step"] for m in history] == [0, 1] and history[1]["executor/workers"] == 0
 
 
-def _ranked_config(run: Path, ranks: int, steps: int = 2) -> RunConfig:
-    return _config(run, "local", steps, **{"trainer.ranks": ranks, "engine.colocate_trainer": False})
-
-
 def _checkpoint_params(path: Path, cfg: RunConfig) -> dict[str, torch.Tensor]:
     """A checkpoint's weights, loaded at world size 1 (resharded when several ranks wrote it)."""
     trainer = Trainer(load_model(resolve_model(cfg.engine.model)), cfg.trainer)
@@ -157,11 +165,11 @@ def _checkpoint_params(path: Path, cfg: RunConfig) -> dict[str, torch.Tensor]:
     return {k: v.clone() for k, v in trainer.model.state_dict().items()}
 
 
-def test_two_fsdp_trainer_ranks_on_ray_train_as_one_process_and_resume_on_one(tmp_path):
-    one_cfg, two_cfg = _ranked_config(tmp_path / "one", 1), _ranked_config(tmp_path / "two", 2)
-    one = asyncio.run(train(one_cfg))
+def test_two_fsdp_trainer_ranks_on_ray_train_as_one_process_and_resume_on_one(local_run, tmp_path):
+    one_dir, one_cfg, one = local_run
+    two_cfg = _ranked_config(tmp_path / "two", 2)
     two = asyncio.run(train(two_cfg))
-    a, b = _by_rollout(tmp_path / "one"), _by_rollout(tmp_path / "two")
+    a, b = _by_rollout(one_dir), _by_rollout(tmp_path / "two")
     assert a.keys() == b.keys() and [b[k].reward for k in sorted(b)] == [a[k].reward for k in sorted(a)]
     for m1, m2 in zip(one, two):
         print(
@@ -176,7 +184,7 @@ def test_two_fsdp_trainer_ranks_on_ray_train_as_one_process_and_resume_on_one(tm
     assert shards == ["__0_0.distcp", "__1_0.distcp"]  # each rank wrote its own
     ours, theirs = (
         _checkpoint_params(tmp_path / "two" / last, two_cfg),
-        _checkpoint_params(tmp_path / "one" / last, one_cfg),
+        _checkpoint_params(one_dir / last, one_cfg),
     )
     worst = max(float((ours[k] - theirs[k]).norm() / theirs[k].norm()) for k in theirs)
     print(f"weights after 2 steps, 2 ranks vs 1 process: worst ‖Δθ‖/‖θ‖ {worst:.2e}")
