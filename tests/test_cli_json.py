@@ -282,7 +282,7 @@ def test_bench_learn_through_a_harness_json(tmp_path):
         "--out",
         str(tmp_path),
         *("--set", "steps=2", "--set", "tasks_per_step=1", "--set", "group_size=2"),
-        *("--set", "rollout.max_turns=2", "--set", "rollout.max_tokens_per_turn=48"),  # decoding is the cost
+        *("--set", "rollout.max_turns=2", "--set", "rollout.max_tokens_per_turn=24"),  # decoding is the cost
         *("--set", "eval.samples=1", "--set", 'eval.task_ids=["legorl__multiturn-heldout-001"]'),
     ]
     out = _bench("learn", args)

@@ -77,6 +77,13 @@ SYMPY_ATTACKERS = {
 }
 
 
+# the peekers of HAND that walk the test's stack for its comparison (the other two read files)
+STACK_WALKING_PEEKS = frozenset(n for n in attackers.HAND if n.startswith("peek_")) - {
+    "peek_env_test_file",
+    "peek_marshalled_code",
+}
+
+
 def _task(suite: str, iid: str) -> Task:
     (task,) = load_suite(suite, instances=[iid])
     return task
@@ -101,7 +108,10 @@ def test_attackers_earn_nothing_on_a_real_instance(suite: str, iid: str, backend
 
     suite_here = dict(attackers.HAND)
     if task.environment is not None and task.environment.runner == "sympy":
-        suite_here |= SYMPY_ATTACKERS
+        # HAND's stack-walking peekers answer pytest-shaped comparisons; under sympy's runner each
+        # earns 0 with the guard off too (FAIL_TO_PASS still fails), after 8-11 s of its own walking,
+        # two thirds of this instance's grading. sympy's own peekers stand in for them here.
+        suite_here = {n: a for n, a in suite_here.items() if n not in STACK_WALKING_PEEKS} | SYMPY_ATTACKERS
 
     def one(item: tuple[str, tuple[str, set[str]]]) -> tuple[str, str | None, bool]:
         name, (code, kinds) = item

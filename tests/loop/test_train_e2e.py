@@ -36,7 +36,7 @@ def test_one_training_step_end_to_end(tmp_path):
         steps=1,
         tasks_per_step=1,
         group_size=2,
-        **{"rollout.max_turns": 2, "rollout.max_tokens_per_turn": 96, "rollout.temperature": 0.4},
+        **{"rollout.max_turns": 2, "rollout.max_tokens_per_turn": 64, "rollout.temperature": 0.4},
     )
     phases = _Phases()
     history = asyncio.run(train(cfg, progress=phases))

@@ -163,8 +163,8 @@ def test_two_training_steps_on_a_mined_suite(mined: Path, tmp_path: Path) -> Non
         "tasks_per_step=1",
         "group_size=2",
         "rollout.harness=minimal",
-        "rollout.max_turns=2",
-        "rollout.max_tokens_per_turn=48",  # the point is the suite in the loop, not what SmolLM2 writes
+        "rollout.max_turns=1",
+        "rollout.max_tokens_per_turn=16",  # the point is the suite in the loop, not what SmolLM2 writes
     ):
         argv += ["--set", setting]
     res = subprocess.run(argv, capture_output=True, text=True, timeout=1800)
