@@ -17,6 +17,7 @@ import ast
 import difflib
 import hashlib
 import json
+import shutil
 import subprocess
 import sys
 import uuid
@@ -416,6 +417,22 @@ def test_every_builtin_twin_is_valid_and_fails_with_the_gold_fix(tmp_path):
 # -- the guard, run by the real hardened runner outside a sandbox -----------------------------------
 
 
+def run_runner_outside_a_sandbox(nonce: str, cfg: dict) -> subprocess.CompletedProcess:
+    """The hardened runner in a plain subprocess. It writes under ``/tmp/<nonce>``, a sandbox's own
+    tmpfs in a grade but the host's here: removed afterwards."""
+    try:
+        return subprocess.run(
+            [sys.executable, "-I", "-S", "-B", "-c", defenses.RUNNER],
+            capture_output=True,
+            text=True,
+            input=nonce + "\n" + json.dumps(cfg) + "\n",
+            timeout=120,
+            env={"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PATH": "/usr/bin:/bin"},
+        )
+    finally:
+        shutil.rmtree(Path("/tmp") / nonce, ignore_errors=True)
+
+
 def _local_run(
     task, code: str | None, tmp_path: Path, diff: str | None = None
 ) -> tuple[behaviour.GuardReport, defenses.RunResult]:
@@ -440,14 +457,7 @@ def _local_run(
     cfg["guard"], key = behaviour.guard_spec(
         [*task.test_files, canary, *(e.split("::")[0] for e in expected)], diff=diff
     )
-    res = subprocess.run(
-        [sys.executable, "-I", "-S", "-B", "-c", defenses.RUNNER],
-        capture_output=True,
-        text=True,
-        input=nonce + "\n" + json.dumps(cfg) + "\n",
-        timeout=120,
-        env={"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PATH": "/usr/bin:/bin"},
-    )
+    res = run_runner_outside_a_sandbox(nonce, cfg)
     return behaviour.parse_guard(res.stdout, nonce, key), defenses.parse_runner_output(res.stdout, nonce, [])
 
 

@@ -33,7 +33,7 @@ from legorl.tasks.loader import get_task, load_suite
 
 sys.path.insert(0, str(Path(__file__).parent))
 import attackers_wave3 as attackers
-from test_attacks_wave2 import _after_test_patch, _grade_all, attack_diff, pkg_dir
+from test_attacks_wave2 import _after_test_patch, _grade_all, attack_diff, pkg_dir, run_runner_outside_a_sandbox
 
 TASKS = ["legorl__trivial-001", "legorl__easy-001", "legorl__medium-001"]
 WORKERS = 2
@@ -304,14 +304,7 @@ def _local_run(
         touch_files=sorted({n.split("::")[0] for n in task.FAIL_TO_PASS}),
         hide_files=files,
     )
-    res = subprocess.run(
-        [sys.executable, "-I", "-S", "-B", "-c", defenses.RUNNER],
-        capture_output=True,
-        text=True,
-        input=nonce + "\n" + json.dumps(cfg) + "\n",
-        timeout=120,
-        env={"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PATH": "/usr/bin:/bin"},
-    )
+    res = run_runner_outside_a_sandbox(nonce, cfg)
     return (
         behaviour.parse_guard(res.stdout, nonce, key),
         defenses.parse_runner_output(res.stdout, nonce, []),
