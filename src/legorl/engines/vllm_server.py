@@ -24,8 +24,9 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
@@ -112,8 +113,22 @@ class VLLMServer(ServerProcess):
     kv_cache_gb: int = 1
     lora_rank: int | None = None  # serve LoRA adapters up to this rank (None: no LoRA)
     cores: tuple[int, ...] | None = None  # bind the CPU worker's threads to these (None: vLLM's choice)
+    # vLLM's ZeroMQ sockets: a directory of the server's own, removed with it (in the shared /tmp, a
+    # killed server's sockets stayed there for good)
+    ipc_dir: Path | None = field(default=None, repr=False)
 
     label: ClassVar[str] = "vLLM"
+
+    def start(self, timeout_s: float = 600.0) -> VLLMServer:
+        if self.ipc_dir is None or not self.ipc_dir.is_dir():
+            self.ipc_dir = Path(tempfile.mkdtemp(prefix="legorl-vllm-"))  # short: a socket path has 107 bytes
+        super().start(timeout_s)
+        return self
+
+    def stop(self, grace_s: float = 20.0) -> None:
+        super().stop(grace_s)
+        if self.ipc_dir is not None:
+            shutil.rmtree(self.ipc_dir, ignore_errors=True)
 
     def environment(self) -> dict[str, str]:
         """Variables on top of ours: offline, no telemetry, and the backend's own."""
@@ -121,6 +136,7 @@ class VLLMServer(ServerProcess):
             "VLLM_SERVER_DEV_MODE": "1",
             "VLLM_CPU_KVCACHE_SPACE": str(self.kv_cache_gb),
             "VLLM_NO_USAGE_STATS": "1",
+            **({"VLLM_RPC_BASE_PATH": str(self.ipc_dir)} if self.ipc_dir is not None else {}),
             # vllm-cpu 0.32's AOT-compiled artifact does not load under our torch ("'function' object has
             # no attribute 'finalize_loading'"), so every start compiled the model again (~80 s on 2 cores);
             # without AOT, a start reuses Inductor's on-disk cache (~25 s)
