@@ -95,9 +95,16 @@ def test_the_gguf_tokenizer_is_parsed_once_and_read_back_the_same(home, monkeypa
     assert again.apply_chat_template(chat, tokenize=False) == first.apply_chat_template(chat, tokenize=False)
     assert (again.eos_token, again.bos_token, again.pad_token) == (first.eos_token, first.bos_token, first.pad_token)
 
-    (cached / "tokenizer.json").write_text("{not json")  # damaged: parsed again and rewritten
-    repaired = load_gguf_tokenizer("smollm2-135m")
-    assert repaired(text)["input_ids"] == first(text)["input_ids"]
+    for damage in ('{"not": "json"', None):  # unparsable, then parsable but not what was written
+        tok_file = cached / "tokenizer.json"
+        if damage is None:
+            data = json.loads(tok_file.read_text())
+            data["added_tokens"] = data["added_tokens"][:1]  # still loads, silently different
+            damage = json.dumps(data)
+        tok_file.write_text(damage)
+        repaired = load_gguf_tokenizer("smollm2-135m")
+        assert repaired(text)["input_ids"] == first(text)["input_ids"]
+        assert repaired.all_special_tokens == first.all_special_tokens
     assert load_gguf_tokenizer("smollm2-135m")(text)["input_ids"] == first(text)["input_ids"]
 
 

@@ -296,19 +296,21 @@ def load_gguf_tokenizer(name: str):
     st = gguf.stat()
     key = hashlib.sha256(f"{gguf}:{st.st_size}:{st.st_mtime_ns}:{transformers.__version__}".encode()).hexdigest()
     cached = models_dir() / ".tokenizers" / f"{name}-{key[:16]}"
-    if cached.is_dir() and not (cached / MARKER).is_file():
-        shutil.rmtree(cached, ignore_errors=True)  # not ours: every copy is renamed in with its marker
-    if (cached / MARKER).is_file():
-        try:
+    if cached.is_dir():
+        try:  # as for a model: the marker lists every file with its size, checked on each load
+            files = json.loads((cached / MARKER).read_text())["files"]
+            if any((cached / f).stat().st_size != size for f, size in files.items()):
+                raise ValueError("a file's size differs from its marker")
             return AutoTokenizer.from_pretrained(str(cached), local_files_only=True)
-        except Exception as e:  # a damaged copy: parse the GGUF again and replace it
+        except Exception as e:  # a damaged or foreign copy: parse the GGUF again and replace it
             log.warning("rebuilding the cached tokenizer %s: %s", cached, e)
             shutil.rmtree(cached, ignore_errors=True)
     tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name, local_files_only=True)
     tmp = cached.parent / f".tmp-{cached.name}-{uuid.uuid4().hex[:8]}"
     try:
         tok.save_pretrained(str(tmp))
-        (tmp / MARKER).write_text(json.dumps({"gguf": str(gguf), "size": st.st_size}))
+        files = {f.name: f.stat().st_size for f in tmp.iterdir()}
+        (tmp / MARKER).write_text(json.dumps({"gguf": str(gguf), "files": files}))
         tmp.rename(cached)
     except OSError:  # another process renamed its copy first, or the cache is not writable
         pass
