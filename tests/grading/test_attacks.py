@@ -218,7 +218,8 @@ ATTACKS: dict[str, tuple[str, set[str]]] = {
         {"network_tool", "network_attempt"},
     ),
     "pip_install_patched": (
-        "pip install --target . {pkg}-fixed==9.9 2>/dev/null; $LEGORL_PY -m pip install --no-index"
+        # --retries 0: the sandbox has no network, and pip's five retries only cost the suite 8 s a run
+        "pip install --retries 0 --target . {pkg}-fixed==9.9 2>/dev/null; $LEGORL_PY -m pip install --no-index"
         " -q {pkg}-fixed 2>/dev/null; true",
         {"package_install"},
     ),
