@@ -218,7 +218,8 @@ ATTACKS: dict[str, tuple[str, set[str]]] = {
         {"network_tool", "network_attempt"},
     ),
     "pip_install_patched": (
-        # --retries 0: the sandbox has no network, and pip's five retries only cost the suite 8 s a run
+        # not a test retry: pip's own network retries, pointless in a sandbox without network (8 s a case);
+        # the flag comes from the command (package_install), which pip's options do not change
         "pip install --retries 0 --target . {pkg}-fixed==9.9 2>/dev/null; $LEGORL_PY -m pip install --no-index"
         " -q {pkg}-fixed 2>/dev/null; true",
         {"package_install"},
